@@ -1,0 +1,1 @@
+"""Dagster layer: asset bodies call the core and adapters and report secret-free metadata."""

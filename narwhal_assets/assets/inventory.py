@@ -1,0 +1,27 @@
+"""`host_inventory`: the physical hosts and their roles, plus the `narwhal_hosts` partitions."""
+
+import dagster as dg
+
+from narwhal_assets.assets.partitions import sync_host_partitions
+from narwhal_assets.inventory_file import current_inventory, save_inventory
+from narwhal_assets.resources import NarwhalSettings
+
+
+@dg.asset(group_name="discovery", kinds={"json"})
+def host_inventory(context: dg.AssetExecutionContext, narwhal: NarwhalSettings) -> dg.MaterializeResult:
+    """Validate (or derive from .env) the host inventory and register every host id as a partition."""
+    settings = narwhal.load()
+    inventory = current_inventory(settings)
+    digest = save_inventory(settings, inventory)
+    added, removed = sync_host_partitions(context.instance, inventory.host_ids())
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(str(settings.hosts_path)),
+            "sha256": digest,
+            "hosts": dg.MetadataValue.json({h.id: h.roles for h in inventory.hosts}),
+            "password_hosts": [h.id for h in inventory.hosts if h.password_env],
+            "partitions_added": added,
+            "partitions_removed": removed,
+        },
+        data_version=dg.DataVersion(digest),
+    )

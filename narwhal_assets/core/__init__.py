@@ -1,0 +1,1 @@
+"""Domain core: pure parsing, validation and rendering. No Dagster, no network."""

@@ -1,0 +1,183 @@
+"""POSIX-shell assignment files (`.env`, `config/deployment.env`, role files) without a shell.
+
+The parser accepts exactly the assignments whose value bash would take literally: optional `export`,
+single quotes, double quotes without expansions, backslash escapes, comments and blank lines. Anything
+that needs a shell to evaluate (command substitution, parameter expansion, tilde expansion, several
+words) is refused with `file:line` and the variable name. Error messages never contain a value.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from narwhal_assets.core.errors import InputError
+
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Unquoted characters bash keeps literally inside an assignment value (no globbing or brace expansion
+# happens there). Everything else must be quoted.
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./:,@%+=^!*?[]{}#")
+_DQ_ESCAPABLE = frozenset('$`"\\\n')
+
+
+class _Cursor:
+    def __init__(self, text: str, source: str) -> None:
+        self.text = text
+        self.source = source
+        self.pos = 0
+        self.line = 1
+
+    def peek(self) -> str:
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def take(self) -> str:
+        ch = self.text[self.pos]
+        self.pos += 1
+        if ch == "\n":
+            self.line += 1
+        return ch
+
+    def fail(self, line: int, name: str | None, reason: str) -> InputError:
+        where = f"{self.source}:{line}"
+        return InputError([f"{where}: {name}: {reason}" if name else f"{where}: {reason}"])
+
+
+def parse_env_text(text: str, source: str) -> dict[str, str]:
+    """Parse assignment text; `source` names the file in errors. Later assignments win, as in bash."""
+    if "\x00" in text:
+        raise InputError([f"{source}: contains a NUL byte"])
+    cur = _Cursor(text, source)
+    values: dict[str, str] = {}
+    while cur.peek():
+        _skip_blank(cur)
+        if not cur.peek():
+            break
+        if cur.peek() == "#":
+            _skip_comment(cur)
+            continue
+        start_line = cur.line
+        word = _read_name(cur)
+        if word == "export" and cur.peek() in (" ", "\t"):
+            while cur.peek() in (" ", "\t"):
+                cur.take()
+            word = _read_name(cur)
+        if not word or not NAME_RE.fullmatch(word):
+            raise cur.fail(start_line, None, "expected NAME=value (an assignment with a valid variable name)")
+        if cur.peek() != "=":
+            raise cur.fail(start_line, word, "expected '=' right after the variable name")
+        cur.take()
+        values[word] = _read_value(cur, word, start_line)
+        _finish_line(cur, word, start_line)
+    return values
+
+
+def load_env_file(path: Path) -> dict[str, str]:
+    """Parse one assignment file; a missing file is empty, an unreadable one is an error naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError([f"{path}: cannot read ({type(exc).__name__})"]) from None
+    return parse_env_text(text, str(path))
+
+
+def shell_quote(value: str) -> str:
+    """Single-quote a value so that bash reads back exactly the same string."""
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def render_exports(values: dict[str, str]) -> str:
+    """`export NAME='literal'` lines, sorted by name: the role-file format."""
+    for name in values:
+        if not NAME_RE.fullmatch(name):
+            raise InputError([f"role export: invalid variable name {name!r}"])
+    return "".join(f"export {name}={shell_quote(values[name])}\n" for name in sorted(values))
+
+
+def _skip_blank(cur: _Cursor) -> None:
+    while cur.peek() in (" ", "\t", "\n"):
+        cur.take()
+
+
+def _skip_comment(cur: _Cursor) -> None:
+    while cur.peek() not in ("", "\n"):
+        cur.take()
+
+
+def _read_name(cur: _Cursor) -> str:
+    start = cur.pos
+    while cur.peek() and (cur.peek().isalnum() or cur.peek() == "_") and cur.peek().isascii():
+        cur.take()
+    return cur.text[start : cur.pos]
+
+
+def _read_value(cur: _Cursor, name: str, line: int) -> str:
+    out: list[str] = []
+    while True:
+        ch = cur.peek()
+        if ch in ("", "\n", " ", "\t"):
+            return "".join(out)
+        if ch == "'":
+            cur.take()
+            out.append(_read_until_quote(cur, name, line))
+        elif ch == '"':
+            cur.take()
+            out.append(_read_double_quoted(cur, name, line))
+        elif ch == "\\":
+            cur.take()
+            nxt = cur.peek()
+            if nxt in ("", "\n"):
+                raise cur.fail(line, name, "line continuation outside quotes is not supported")
+            out.append(cur.take())
+        elif ch == "~" and (not out or out[-1].endswith(":")):
+            raise cur.fail(line, name, "unquoted '~' would be expanded by the shell; quote the value")
+        elif ch in _PLAIN or ch == "~":
+            out.append(cur.take())
+        elif ch in "$`":
+            raise cur.fail(line, name, "needs a shell to evaluate (expansion or command substitution)")
+        else:
+            raise cur.fail(line, name, f"unquoted special character {ch!r}; quote the value")
+
+
+def _read_until_quote(cur: _Cursor, name: str, line: int) -> str:
+    start = cur.pos
+    end = cur.text.find("'", start)
+    if end < 0:
+        raise cur.fail(line, name, "unterminated single quote")
+    while cur.pos <= end:
+        cur.take()
+    return cur.text[start:end]
+
+
+def _read_double_quoted(cur: _Cursor, name: str, line: int) -> str:
+    out: list[str] = []
+    while True:
+        ch = cur.peek()
+        if ch == "":
+            raise cur.fail(line, name, "unterminated double quote")
+        cur.take()
+        if ch == '"':
+            return "".join(out)
+        if ch in "$`":
+            raise cur.fail(line, name, "needs a shell to evaluate (expansion or command substitution)")
+        if ch == "\\":
+            nxt = cur.peek()
+            if nxt == "":
+                raise cur.fail(line, name, "unterminated double quote")
+            if nxt in _DQ_ESCAPABLE:
+                cur.take()
+                if nxt != "\n":
+                    out.append(nxt)
+                continue
+        out.append(ch)
+
+
+def _finish_line(cur: _Cursor, name: str, line: int) -> None:
+    while cur.peek() in (" ", "\t"):
+        cur.take()
+    ch = cur.peek()
+    if ch == "#":
+        _skip_comment(cur)
+    elif ch not in ("", "\n"):
+        raise cur.fail(line, name, "more than one word after '='; quote the value")

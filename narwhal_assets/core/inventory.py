@@ -1,0 +1,195 @@
+"""The physical-host inventory (`NARWHAL_HOSTS`): which machine owns which roles, and how to reach it.
+
+The inventory names variables only. Destinations and passwords stay in the workstation `.env`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from narwhal_assets.core.errors import InputError, raise_if
+from narwhal_assets.core.settings import Settings
+
+ROUTER = "router"
+ENGINE_ROLE_RE = re.compile(r"engine-([1-9][0-9]*)")
+NODE_SSH_RE = re.compile(r"NARWHAL_NODE_([1-9][0-9]*)_SSH")
+HOST_ID_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ROUTER_SSH = "NARWHAL_ROUTER_SSH"
+PASSWORD_SUFFIX = "_PASSWORD"
+
+
+class HostEntry(BaseModel):
+    """One physical machine: its id, the variable holding its destination, and its roles."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    ssh_env: str
+    password_env: str | None = None
+    roles: list[str] = Field(min_length=1)
+
+    def engine_numbers(self) -> list[int]:
+        return sorted(n for n in (engine_number(r) for r in self.roles) if n is not None)
+
+
+class Inventory(BaseModel):
+    """`config/hosts.local.json`."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    schema_: Literal["narwhal.hosts"] = Field(default="narwhal.hosts", alias="schema")
+    schema_version: Literal[1] = 1
+    hosts: list[HostEntry]
+
+    def host(self, host_id: str) -> HostEntry:
+        for entry in self.hosts:
+            if entry.id == host_id:
+                return entry
+        raise InputError([f"inventory: no host with id {host_id!r} (known: {', '.join(self.host_ids())})"])
+
+    def host_for_role(self, role: str) -> HostEntry:
+        for entry in self.hosts:
+            if role in entry.roles:
+                return entry
+        raise InputError([f"inventory: no host owns role {role!r}"])
+
+    def host_ids(self) -> list[str]:
+        return [entry.id for entry in self.hosts]
+
+    def engine_numbers(self) -> list[int]:
+        return sorted(n for entry in self.hosts for n in entry.engine_numbers())
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+
+
+def engine_number(role: str) -> int | None:
+    """`engine-3` -> 3; any other role -> None."""
+    match = ENGINE_ROLE_RE.fullmatch(role)
+    return int(match.group(1)) if match else None
+
+
+def destination_variables(settings: Settings) -> dict[str, str]:
+    """Role -> the variable naming its destination, from `NARWHAL_NODE_<n>_SSH` and `NARWHAL_ROUTER_SSH`."""
+    roles: dict[str, str] = {}
+    for name in settings.names():
+        match = NODE_SSH_RE.fullmatch(name)
+        if match and settings.get(name):
+            roles[f"engine-{int(match.group(1))}"] = name
+    if settings.get(ROUTER_SSH):
+        roles[ROUTER] = ROUTER_SSH
+    return roles
+
+
+def derive_inventory(settings: Settings) -> Inventory:
+    """Group roles whose destination values are identical into one physical-host record.
+
+    The router shares the lowest-numbered engine's host when `NARWHAL_ROUTER_SSH` is unset. Ids are
+    `node-<n>` after the lowest engine number on the host, or `router` for a router-only host.
+    """
+    role_vars = destination_variables(settings)
+    engines = sorted(n for n in map(engine_number, role_vars) if n is not None)
+    if not engines:
+        raise InputError([f"{settings.root / '.env'}: no NARWHAL_NODE_<n>_SSH destination is set"])
+    groups: dict[str, list[str]] = {}
+    for role in sorted(role_vars, key=_role_order):
+        groups.setdefault(settings.get(role_vars[role]) or "", []).append(role)
+    if ROUTER not in role_vars:
+        lowest = f"engine-{engines[0]}"
+        next(roles for roles in groups.values() if lowest in roles).insert(0, ROUTER)
+    hosts = []
+    for roles in groups.values():
+        numbers = sorted(n for n in map(engine_number, roles) if n is not None)
+        host_id = f"node-{numbers[0]}" if numbers else ROUTER
+        ssh_env = f"NARWHAL_NODE_{numbers[0]}_SSH" if numbers else ROUTER_SSH
+        candidates = [ssh_env] + [role_vars[r] for r in roles if r in role_vars]
+        password_env = next(
+            (c + PASSWORD_SUFFIX for c in candidates if settings.get(c + PASSWORD_SUFFIX) is not None), None
+        )
+        hosts.append(HostEntry(id=host_id, ssh_env=ssh_env, password_env=password_env, roles=roles))
+    hosts.sort(key=lambda h: h.engine_numbers()[:1])
+    return Inventory(hosts=hosts)
+
+
+def load_inventory(path: Path) -> Inventory:
+    """Read and structurally check an inventory file; problems name the file and field."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError([f"{path}: inventory not found (run `deploy-hosts plan` to derive it)"]) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError([f"{path}: not a readable JSON inventory ({type(exc).__name__})"]) from None
+    try:
+        return Inventory.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError([f"{path}: {_field(err['loc'])}: {err['msg']}" for err in exc.errors()]) from None
+
+
+def validate_inventory(inventory: Inventory, settings: Settings, source: str) -> None:
+    """Every rule `plan` enforces; raises one line per problem, naming `source` and the field or variable."""
+    problems: list[str] = []
+    owners: dict[str, str] = {}
+    seen_ids: set[str] = set()
+    destinations: dict[str, str] = {}
+    for index, entry in enumerate(inventory.hosts):
+        where = f"{source}: hosts[{index}]"
+        if entry.id in seen_ids:
+            problems.append(f"{where}.id: duplicate host id {entry.id!r}")
+        seen_ids.add(entry.id)
+        if not HOST_ID_RE.fullmatch(entry.id):
+            problems.append(f"{where}.id: {entry.id!r} must be lowercase letters, digits and '-' (<= 63)")
+        for role in entry.roles:
+            if role != ROUTER and engine_number(role) is None:
+                problems.append(f"{where}.roles: {role!r} is neither 'router' nor 'engine-<n>'")
+            if role in owners:
+                problems.append(f"{where}.roles: role {role!r} is already owned by host {owners[role]!r}")
+            else:
+                owners[role] = entry.id
+        problems += _access_problems(entry, settings, where)
+        destination = settings.get(entry.ssh_env)
+        if destination:
+            if destination in destinations:
+                problems.append(
+                    f"{where}.ssh_env: {entry.ssh_env} has the same destination as host "
+                    f"{destinations[destination]!r}; put all roles of one machine in one entry"
+                )
+            else:
+                destinations[destination] = entry.id
+    for role, variable in sorted(destination_variables(settings).items()):
+        if role not in owners:
+            problems.append(
+                f"{source}: hosts: {variable} is set but no host owns role {role!r}; add it to the entry of "
+                "its machine (or remove the file to derive the inventory again)"
+            )
+    if ROUTER not in owners:
+        problems.append(f"{source}: hosts: no host owns the 'router' role")
+    if not any(engine_number(role) is not None for role in owners):
+        problems.append(f"{source}: hosts: no host owns an 'engine-<n>' role")
+    raise_if(problems)
+
+
+def _access_problems(entry: HostEntry, settings: Settings, where: str) -> list[str]:
+    problems = []
+    for field_name, name in (("ssh_env", entry.ssh_env), ("password_env", entry.password_env)):
+        if name is None:
+            continue
+        if not ENV_NAME_RE.fullmatch(name):
+            problems.append(f"{where}.{field_name}: {name!r} is not a variable name")
+        elif not settings.get(name):
+            problems.append(f"{where}.{field_name}: variable {name} is unset or empty (set it in .env)")
+    return problems
+
+
+def _role_order(role: str) -> tuple[int, int]:
+    number = engine_number(role)
+    return (0, 0) if number is None else (1, number)
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))

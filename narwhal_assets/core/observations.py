@@ -1,0 +1,123 @@
+"""What discovery observed on each physical host: the files under `runs/discovery/<run>/`.
+
+Hostnames are labels only; identity is the SSH host key (recorded by fingerprint) and the machine id.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class Gpu(_Model):
+    """One row of `nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id`."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: int
+    pci_bus_id: str
+
+
+class NetAddress(_Model):
+    family: Literal["inet", "inet6"]
+    address: str
+    prefixlen: int
+    scope: str = "global"
+
+
+class NetInterface(_Model):
+    """One interface from `ip -json address`, with `/sys/class/net/<if>/speed` (Mbit/s; None if unknown)."""
+
+    name: str
+    state: str
+    mac: str | None = None
+    addresses: list[NetAddress] = Field(default_factory=list)
+    speed_mbps: int | None = None
+
+
+class RdmaPort(_Model):
+    """One port of `/sys/class/infiniband/<device>/ports/<port>`."""
+
+    device: str
+    port: int
+    state: str
+    link_layer: str
+    rate: str | None = None
+    netdevs: list[str] = Field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.state.upper().endswith("ACTIVE")
+
+
+class ImageObservation(_Model):
+    """`docker image inspect` of the configured engine image: its immutable id and repo digests."""
+
+    reference: str
+    id: str
+    repo_digests: list[str] = Field(default_factory=list)
+
+
+class CheckpointFile(_Model):
+    """One regular file of a model directory (symlinks followed); `path` is relative, POSIX."""
+
+    path: str
+    size: int
+    sha256: str
+    mtime_ns: int
+    inode: int
+
+
+class CheckpointDigest(_Model):
+    """`engine-<n>-checkpoint.json`: per-file hashes plus the tree digest (see README for its definition)."""
+
+    schema_: Literal["narwhal.checkpoint"] = Field(default="narwhal.checkpoint", alias="schema")
+    schema_version: Literal[1] = 1
+    engine: str
+    host_id: str
+    model_dir: str
+    files: list[CheckpointFile]
+    tree_sha256: str
+    bytes_hashed: int
+    bytes_reused: int
+    files_reused: int
+
+
+class ModelObservation(_Model):
+    """An engine role's model directory: the config hash and where its checkpoint digest is stored."""
+
+    model_dir: str
+    config_sha256: str
+    tree_sha256: str
+    file_count: int
+
+
+class HostObservation(_Model):
+    """`<host-id>.json` in the discovery run directory."""
+
+    schema_: Literal["narwhal.host-observation"] = Field(default="narwhal.host-observation", alias="schema")
+    schema_version: Literal[1] = 1
+    host_id: str
+    roles: list[str]
+    observed_at: str
+    host_key_fingerprint: str
+    hostname: str
+    machine_id: str
+    boot_id: str
+    os_release: str
+    kernel: str
+    python: str
+    gpus: list[Gpu] = Field(default_factory=list)
+    interfaces: list[NetInterface] = Field(default_factory=list)
+    rdma: list[RdmaPort] = Field(default_factory=list)
+    image: ImageObservation | None = None
+    models: dict[str, ModelObservation] = Field(default_factory=dict)
+
+    def interface(self, name: str) -> NetInterface | None:
+        return next((i for i in self.interfaces if i.name == name), None)

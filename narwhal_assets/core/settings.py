@@ -1,0 +1,109 @@
+"""Layered settings: built-in defaults < config/deployment.env < .env < process environment.
+
+The management checkout is the current directory (or `--root`); every relative path resolves against it.
+Each value remembers the layer it came from, so generated files can record their sources.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from narwhal_assets.core.envfile import load_env_file
+
+DOTENV = ".env"
+DEPLOYMENT_ENV = "config/deployment.env"
+
+PATH_DEFAULTS = {
+    "NARWHAL_HOSTS": "config/hosts.local.json",
+    "NARWHAL_SSH_KNOWN_HOSTS": "config/ssh.known_hosts",
+    "NARWHAL_FLEET": "config/fleet.json",
+    "NARWHAL_LAUNCH_CONFIG": "config/engine-launch.local.json",
+    "NARWHAL_LAUNCH_SOURCES": "config/engine-launch.sources.json",
+    "NARWHAL_DISCOVERY_DIR": "runs/discovery",
+}
+
+
+class Layer(StrEnum):
+    """Where a value came from, lowest precedence first."""
+
+    DEFAULT = "default"
+    DISCOVERED = "discovered"
+    DOTENV = "dotenv"
+    PROCESS = "process"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every variable visible to the deployment tools, with its layer."""
+
+    root: Path
+    layers: tuple[tuple[Layer, Mapping[str, str]], ...] = field(default_factory=tuple)
+
+    @classmethod
+    def load(
+        cls,
+        root: Path | str,
+        environ: Mapping[str, str] | None = None,
+        defaults: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """Read `config/deployment.env` and `.env` under `root`, then overlay `environ` (default: os.environ)."""
+        root = Path(root).resolve()
+        return cls(
+            root=root,
+            layers=(
+                (Layer.DEFAULT, dict(defaults or {})),
+                (Layer.DISCOVERED, load_env_file(root / DEPLOYMENT_ENV)),
+                (Layer.DOTENV, load_env_file(root / DOTENV)),
+                (Layer.PROCESS, dict(os.environ if environ is None else environ)),
+            ),
+        )
+
+    def lookup(self, name: str) -> tuple[str, Layer] | None:
+        """The winning value of `name` and its layer, or None when no layer sets it."""
+        for layer, values in reversed(self.layers):
+            if name in values:
+                return values[name], layer
+        return None
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        found = self.lookup(name)
+        return default if found is None else found[0]
+
+    def names(self) -> set[str]:
+        return {name for _, values in self.layers for name in values}
+
+    def layer_values(self, layer: Layer) -> Mapping[str, str]:
+        return next((values for lay, values in self.layers if lay == layer), {})
+
+    def path(self, name: str) -> Path:
+        """A path variable from PATH_DEFAULTS, resolved against the management checkout."""
+        value = self.get(name) or PATH_DEFAULTS[name]
+        return (self.root / os.path.expanduser(value)).resolve()
+
+    @property
+    def hosts_path(self) -> Path:
+        return self.path("NARWHAL_HOSTS")
+
+    @property
+    def known_hosts_path(self) -> Path:
+        return self.path("NARWHAL_SSH_KNOWN_HOSTS")
+
+    @property
+    def fleet_path(self) -> Path:
+        return self.path("NARWHAL_FLEET")
+
+    @property
+    def launch_config_path(self) -> Path:
+        return self.path("NARWHAL_LAUNCH_CONFIG")
+
+    @property
+    def ssh_config_path(self) -> Path | None:
+        """The operator's OpenSSH client config (`NARWHAL_SSH_CONFIG`, default ~/.ssh/config) if present."""
+        value = self.get("NARWHAL_SSH_CONFIG")
+        path = Path(os.path.expanduser(value or "~/.ssh/config"))
+        path = path if path.is_absolute() else self.root / path
+        return path if path.is_file() else None

@@ -1,0 +1,65 @@
+"""Materialize assets in-process against the operator's Dagster instance, so CLI, UI and CI share lineage."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.privatefiles import ensure_private_dir
+
+DAGSTER_HOME_DEFAULT = "runs/dagster"
+# Console output of in-process runs: only the CLI's own lines and errors reach the operator.
+INSTANCE_YAML = """\
+# Embedded SQLite storage in this directory; README.md shows the PostgreSQL settings for teams.
+telemetry:
+  enabled: false
+"""
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+def operator_instance(root: Path) -> dg.DagsterInstance:
+    """The persistent instance at `DAGSTER_HOME` (default `<root>/runs/dagster`, created 0700)."""
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(root / DAGSTER_HOME_DEFAULT)))
+    ensure_private_dir(home)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(INSTANCE_YAML)
+    return dg.DagsterInstance.get()
+
+
+def materialize_selection(
+    selection: str | Sequence[str],
+    instance: dg.DagsterInstance,
+    root: Path,
+    *,
+    partition_key: str | None = None,
+    run_config: Mapping[str, Any] | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> dg.ExecuteInProcessResult:
+    """Run the named assets of the code location; a domain failure re-raises as its NarwhalError."""
+    from narwhal_assets.definitions import ALL_ASSETS, ALL_CHECKS
+    from narwhal_assets.resources import NarwhalSettings
+
+    config: dict[str, Any] = {**QUIET, **(run_config or {})}
+    logging.getLogger("dagster").setLevel(logging.CRITICAL)
+    try:
+        return dg.materialize(
+            [*ALL_ASSETS, *ALL_CHECKS],
+            selection=selection,
+            instance=instance,
+            resources={"narwhal": NarwhalSettings(root=str(root))},
+            partition_key=partition_key,
+            run_config=config,
+            tags=dict(tags or {}),
+        )
+    except dg.DagsterExecutionStepExecutionError as exc:
+        cause = exc.user_exception
+        if isinstance(cause, NarwhalError):
+            raise cause from None
+        raise
