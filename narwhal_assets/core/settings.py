@@ -50,7 +50,7 @@ class Settings:
         environ: Mapping[str, str] | None = None,
         defaults: Mapping[str, str] | None = None,
     ) -> Settings:
-        """Read `config/deployment.env` and `.env` under `root`, then overlay `environ` (default os.environ)."""
+        """Read `config/deployment.env` and `.env` under `root`, then overlay `environ` (os.environ)."""
         root = Path(root).resolve()
         return cls(
             root=root,
