@@ -5,14 +5,15 @@ from __future__ import annotations
 import dagster as dg
 
 from narwhal_assets.assets.inventory import host_inventory
-from narwhal_assets.resources import NarwhalSettings
+from narwhal_assets.assets.trust import known_hosts_cover_inventory, ssh_known_hosts
+from narwhal_assets.resources import NarwhalSettings, SshSettings
 
-ALL_ASSETS = [host_inventory]
-ALL_CHECKS: list[dg.AssetChecksDefinition] = []
+ALL_ASSETS = [host_inventory, ssh_known_hosts]
+ALL_CHECKS: list[dg.AssetChecksDefinition] = [known_hosts_cover_inventory]
 
 
 def resources() -> dict[str, object]:
-    return {"narwhal": NarwhalSettings()}
+    return {"narwhal": NarwhalSettings(), "ssh": SshSettings()}
 
 
 defs = dg.Definitions(assets=ALL_ASSETS, asset_checks=ALL_CHECKS, resources=resources())

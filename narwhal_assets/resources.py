@@ -22,3 +22,10 @@ class NarwhalSettings(dg.ConfigurableResource):
 
     def load(self) -> Settings:
         return Settings.load(Path(self.root or default_root()))
+
+
+class SshSettings(dg.ConfigurableResource):
+    """Timeouts for the paramiko transport; trust store and ssh config come from the checkout settings."""
+
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 600.0

@@ -43,7 +43,7 @@ def materialize_selection(
     tags: Mapping[str, str] | None = None,
 ) -> dg.ExecuteInProcessResult:
     """Run the named assets of the code location; a domain failure re-raises as its NarwhalError."""
-    from narwhal_assets.definitions import ALL_ASSETS, ALL_CHECKS
+    from narwhal_assets.definitions import ALL_ASSETS, ALL_CHECKS, resources
     from narwhal_assets.resources import NarwhalSettings
 
     config: dict[str, Any] = {**QUIET, **(run_config or {})}
@@ -53,7 +53,7 @@ def materialize_selection(
             [*ALL_ASSETS, *ALL_CHECKS],
             selection=selection,
             instance=instance,
-            resources={"narwhal": NarwhalSettings(root=str(root))},
+            resources={**resources(), "narwhal": NarwhalSettings(root=str(root))},
             partition_key=partition_key,
             run_config=config,
             tags=dict(tags or {}),

@@ -1,0 +1,93 @@
+"""Resolve a destination value (`alias`, `host`, `user@host`) through the operator's OpenSSH config.
+
+Only the options that decide where and as whom we connect are honoured: HostName, User, Port,
+IdentityFile, IdentitiesOnly and ProxyJump (chained). Host-key options in the config are deliberately
+ignored: trust always comes from the checkout-local store.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from narwhal_assets.core.errors import InputError
+
+DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
+MAX_JUMPS = 8
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one SSH hop goes; `jumps` are the ProxyJump hops to cross first, outermost first."""
+
+    alias: str
+    host: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]
+    identities_only: bool
+    jumps: tuple[Endpoint, ...] = ()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def resolve_endpoint(destination: str, ssh_config: Path | None, *, depth: int = 0) -> Endpoint:
+    """Turn a destination into an Endpoint, following ProxyJump in the config."""
+    if depth > MAX_JUMPS:
+        raise InputError([f"ssh config {ssh_config}: ProxyJump chain longer than {MAX_JUMPS} hops"])
+    user, _, alias = destination.rpartition("@")
+    port_override: int | None = None
+    if alias.startswith("[") and "]:" in alias:
+        alias, port_text = alias[1:].split("]:", 1)
+        port_override = _port(port_text)
+    if not alias or any(ch.isspace() for ch in destination) or alias.startswith("-"):
+        raise InputError(["destination: not an SSH destination ([user@]host or alias)"])
+    options = _config(ssh_config).lookup(alias)
+    port = port_override or _port(str(options.get("port", "22")))
+    jumps: tuple[Endpoint, ...] = ()
+    proxy = options.get("proxyjump")
+    if proxy and proxy.lower() != "none":
+        jumps = tuple(resolve_endpoint(hop, ssh_config, depth=depth + 1) for hop in proxy.split(","))
+    return Endpoint(
+        alias=alias,
+        host=options.get("hostname", alias),
+        port=port,
+        user=user or options.get("user") or getpass.getuser(),
+        identity_files=tuple(os.path.expanduser(p) for p in options.get("identityfile", [])),
+        identities_only=str(options.get("identitiesonly", "no")).lower() == "yes",
+        jumps=jumps,
+    )
+
+
+def identity_candidates(endpoint: Endpoint) -> list[Path]:
+    """Key files to try, as OpenSSH would: configured ones, then the defaults unless IdentitiesOnly."""
+    files = list(endpoint.identity_files)
+    if not endpoint.identities_only:
+        files += [os.path.expanduser(p) for p in DEFAULT_IDENTITIES]
+    seen: list[Path] = []
+    for name in files:
+        path = Path(name)
+        if path.is_file() and path not in seen:
+            seen.append(path)
+    return seen
+
+
+def _config(path: Path | None) -> paramiko.SSHConfig:
+    if path is None:
+        return paramiko.SSHConfig()
+    try:
+        return paramiko.SSHConfig.from_path(str(path))
+    except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
+        raise InputError([f"ssh config {path}: cannot parse ({type(exc).__name__})"]) from None
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise InputError(["destination: port must be 1..65535"])
+    return int(text)

@@ -1,0 +1,208 @@
+"""The checkout-local known-hosts store (`NARWHAL_SSH_KNOWN_HOSTS`), in OpenSSH format.
+
+Discovery enrols in accept-new mode: an unknown host's key is appended under an exclusive lock after
+re-reading the file; existing lines (hashed entries, comments, other hosts) are never rewritten. Every
+other command is strict. A changed key is refused in both modes, naming both SHA-256 fingerprints and the
+`trust` command that replaces it once verified out of band. System known-hosts files are never read.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import fnmatch
+import hashlib
+import hmac
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.privatefiles import FILE_MODE, ensure_private_dir, write_private
+
+
+class TrustMode(StrEnum):
+    ACCEPT_NEW = "accept-new"
+    STRICT = "strict"
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """A public host key as OpenSSH writes it: algorithm name and base64 blob."""
+
+    key_type: str
+    blob_b64: str
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_of(base64.b64decode(self.blob_b64))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a presented key was accepted: already `known`, or `added` by accept-new."""
+
+    outcome: str
+    fingerprint: str
+
+
+class HostKeyError(NarwhalError):
+    """The host could not be authenticated; never retried with weaker checking."""
+
+
+class HostKeyUnknown(HostKeyError):
+    pass
+
+
+class HostKeyChanged(HostKeyError):
+    pass
+
+
+def fingerprint_of(blob: bytes) -> str:
+    """OpenSSH's `SHA256:<unpadded base64>` fingerprint of a public key blob."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def host_pattern(host: str, port: int) -> str:
+    """The name OpenSSH looks up: `host`, or `[host]:port` when the port is not 22."""
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+@dataclass(frozen=True)
+class _Line:
+    text: str
+    marker: str | None
+    patterns: tuple[str, ...]
+    key: HostKey | None
+
+    def matches(self, name: str) -> bool:
+        positive = False
+        for pattern in self.patterns:
+            negated = pattern.startswith("!")
+            if _pattern_matches(pattern[1:] if negated else pattern, name):
+                if negated:
+                    return False
+                positive = True
+        return positive
+
+
+def _pattern_matches(pattern: str, name: str) -> bool:
+    if pattern.startswith("|1|"):
+        try:
+            salt_b64, hash_b64 = pattern[3:].split("|", 1)
+            salt = base64.b64decode(salt_b64)
+            expected = base64.b64decode(hash_b64)
+        except ValueError:
+            return False
+        return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), expected)
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def _parse_line(text: str) -> _Line:
+    fields = text.split()
+    if not fields or fields[0].startswith("#"):
+        return _Line(text, None, (), None)
+    marker = fields.pop(0) if fields[0].startswith("@") else None
+    if len(fields) < 3:
+        return _Line(text, marker, (), None)
+    return _Line(text, marker, tuple(fields[0].split(",")), HostKey(fields[1], fields[2]))
+
+
+class KnownHostsStore:
+    """One OpenSSH known-hosts file, read fresh on every check so concurrent writers are seen."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def keys_for(self, host: str, port: int) -> list[HostKey]:
+        """Recorded keys for this host (plain or hashed names); a `@revoked` key counts as changed."""
+        name = host_pattern(host, port)
+        return [line.key for line in self._lines() if line.key and line.marker is None and line.matches(name)]
+
+    def revoked(self, host: str, port: int) -> set[HostKey]:
+        name = host_pattern(host, port)
+        return {line.key for line in self._lines() if line.key and line.marker == "@revoked" and line.matches(name)}
+
+    def verify(self, host_id: str, host: str, port: int, presented: HostKey, mode: TrustMode) -> Verdict:
+        """Accept a known key; in accept-new mode record an unknown one; refuse everything else."""
+        recorded = self.keys_for(host, port)
+        if presented in recorded and presented not in self.revoked(host, port):
+            return Verdict("known", presented.fingerprint)
+        if recorded or presented in self.revoked(host, port):
+            raise self._changed(host_id, host, port, recorded, presented)
+        if mode is not TrustMode.ACCEPT_NEW:
+            raise HostKeyUnknown(
+                f"host {host_id} ({host_pattern(host, port)}): host key {presented.fingerprint} is not in "
+                f"{self.path}; run `deploy-hosts discover` to enrol it (accept-new), then retry"
+            )
+        with self._locked():
+            recorded = self.keys_for(host, port)
+            if presented in recorded:
+                return Verdict("known", presented.fingerprint)
+            if recorded:
+                raise self._changed(host_id, host, port, recorded, presented)
+            self._append(f"{host_pattern(host, port)} {presented.key_type} {presented.blob_b64}\n")
+        return Verdict("added", presented.fingerprint)
+
+    def replace(self, host_id: str, host: str, port: int, presented: HostKey, approved_fingerprint: str) -> None:
+        """Swap this host's entries for `presented`, only when it has the operator-verified fingerprint."""
+        if presented.fingerprint != approved_fingerprint:
+            raise HostKeyChanged(
+                f"host {host_id} ({host_pattern(host, port)}): presented key {presented.fingerprint} does not "
+                f"match the verified fingerprint {approved_fingerprint}; nothing changed"
+            )
+        name = host_pattern(host, port)
+        with self._locked():
+            kept = [
+                line.text for line in self._lines() if not (line.key and line.marker is None and line.matches(name))
+            ]
+            kept.append(f"{name} {presented.key_type} {presented.blob_b64}\n")
+            write_private(self.path, "".join(kept))
+
+    def fingerprints(self, host: str, port: int) -> list[str]:
+        return [key.fingerprint for key in self.keys_for(host, port)]
+
+    def _changed(
+        self, host_id: str, host: str, port: int, recorded: list[HostKey], presented: HostKey
+    ) -> HostKeyChanged:
+        shown = ", ".join(f"{k.key_type} {k.fingerprint}" for k in recorded) or "a revoked key"
+        return HostKeyChanged(
+            f"host {host_id} ({host_pattern(host, port)}): HOST KEY CHANGED: {self.path} records {shown}, "
+            f"the server presented {presented.key_type} {presented.fingerprint}. Refusing to connect. If the "
+            f"change is expected, verify the new key through the private access source, then run "
+            f"`deploy-hosts trust --host {host_id} --fingerprint {presented.fingerprint}`"
+        )
+
+    def _lines(self) -> list[_Line]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        return [_parse_line(line) for line in text.splitlines(keepends=True)]
+
+    def _append(self, line: str) -> None:
+        ensure_private_dir(self.path.parent)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            if os.fstat(fd).st_size and not self.path.read_bytes().endswith(b"\n"):
+                line = "\n" + line
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(self.path, FILE_MODE)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        ensure_private_dir(self.path.parent)
+        lock = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
