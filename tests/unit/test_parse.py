@@ -1,0 +1,357 @@
+"""Parsing probe documents: realistic fixtures parse; each malformed tool output is one exact, named line."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from narwhal_assets.core.digests import tree_digest
+from narwhal_assets.remote.parse import (
+    ProbeOutputError,
+    command_log,
+    parse_ip_json,
+    parse_nvidia_smi,
+    parse_os_release,
+    parse_probe_output,
+    render_command_log,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NVIDIA = (FIXTURES / "nvidia-smi-query-h200x8.csv").read_text()
+IP_JSON = (FIXTURES / "ip-json-address.json").read_text()
+DOCKER = (FIXTURES / "docker-image-inspect.json").read_text()
+IMAGE = "registry.example.com/narwhal/engine:2026.11.1"
+IMAGE_ID = "sha256:5b3c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c"
+NVIDIA_ARGV = ["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,pci.bus_id", "--format=csv,noheader,nounits"]
+HOST = "host node-2: "
+
+
+def tool(argv: list[str], stdout: str, rc: int = 0, stderr: str = "") -> dict[str, Any]:
+    return {"argv": argv, "rc": rc, "stdout": stdout, "stderr": stderr, "seconds": 0.012}
+
+
+def host_file(path: str, text: str | None, error: str | None = None) -> dict[str, Any]:
+    return {"path": path, "text": text, "error": error}
+
+
+def checkpoint_files() -> list[dict[str, Any]]:
+    contents = {"config.json": b'{"torch_dtype": "bfloat16"}', "model.safetensors": b"weights", "tok/t.json": b"{}"}
+    return [
+        {
+            "path": p,
+            "size": len(d),
+            "mtime_ns": 1_700_000_000_000_000_000 + i,
+            "inode": 100 + i,
+            "sha256": hashlib.sha256(d).hexdigest(),
+        }
+        for i, (p, d) in enumerate(contents.items())
+    ]
+
+
+def good_doc() -> dict[str, Any]:
+    """What the probe prints on a healthy 8x H200 engine host (see test_probe for the real thing)."""
+    files = checkpoint_files()
+    tools = {
+        "hostname": tool(["hostname"], "gpu-node-2\n"),
+        "uname": tool(["uname", "-r"], "6.8.0-49-generic\n"),
+        "nvidia-smi": tool(NVIDIA_ARGV, NVIDIA),
+        "ip": tool(["ip", "-json", "address"], IP_JSON),
+        "docker": tool(["docker", "image", "inspect", IMAGE], DOCKER),
+    }
+    return {
+        "schema": "narwhal.probe",
+        "schema_version": 1,
+        "python": "3.12.3",
+        "seconds": 1.5,
+        "tools": tools,
+        "log": copy.deepcopy(list(tools.values())),
+        "errors": [],
+        "files": {
+            "machine_id": host_file("/etc/machine-id", "3d1219c7c4c5404aaa1f6d2a48adfda4\n"),
+            "boot_id": host_file("/proc/sys/kernel/random/boot_id", "445e7957-0a03-4c38-9780-81107a6c3a9f\n"),
+            "os_release": host_file("/etc/os-release", 'NAME="Ubuntu"\nPRETTY_NAME="Ubuntu 24.04.1 LTS"\nID=ubuntu\n'),
+        },
+        "link_speeds": {"lo": None, "eno1": 25000, "eno2": None, "ibp26s0": 400000, "ibp156s0": 400000},
+        "rdma": [
+            {
+                "device": "mlx5_0",
+                "port": "1",
+                "state": "4: ACTIVE",
+                "link_layer": "InfiniBand",
+                "rate": "400 Gb/sec (4X NDR)",
+                "netdevs": ["ibp26s0"],
+            },
+        ],
+        "image": IMAGE,
+        "models": {
+            "engine-1": {
+                "model_dir": "/srv/models/m",
+                "ok": True,
+                "config_sha256": files[0]["sha256"],
+                "files": files,
+                "bytes_hashed": 10,
+                "bytes_reused": 29,
+                "files_reused": 2,
+                "seconds": 0.1,
+            },
+        },
+    }
+
+
+def parse(doc: dict[str, Any], roles: list[str] | None = None) -> Any:
+    return parse_probe_output("node-2", roles or ["engine-1"], "SHA256:abc", json.dumps(doc), "2026-11-30T00:00:00Z")
+
+
+def problems_of(doc: dict[str, Any], roles: list[str] | None = None) -> list[str]:
+    with pytest.raises(ProbeOutputError) as caught:
+        parse(doc, roles)
+    return caught.value.problems
+
+
+def test_a_healthy_engine_host_parses_completely() -> None:
+    observation, digests, log = parse(good_doc(), ["router", "engine-1"])
+    assert (observation.hostname, observation.kernel, observation.python) == (
+        "gpu-node-2",
+        "6.8.0-49-generic",
+        "3.12.3",
+    )
+    assert observation.os_release == "Ubuntu 24.04.1 LTS"
+    assert observation.machine_id == "3d1219c7c4c5404aaa1f6d2a48adfda4"
+    assert len(observation.gpus) == 8
+    gpu = observation.gpus[7]
+    assert (gpu.index, gpu.name, gpu.memory_total_mib, gpu.pci_bus_id) == (7, "NVIDIA H200", 143771, "00000000:DB:00.0")
+    eno1 = observation.interface("eno1")
+    assert eno1 is not None and (eno1.state, eno1.speed_mbps, eno1.mac) == ("UP", 25000, "7c:c2:55:9a:10:2e")
+    assert [(a.family, a.address, a.prefixlen, a.scope) for a in eno1.addresses] == [
+        ("inet", "198.18.0.12", 24, "global"),
+        ("inet6", "2001:db8:18::12", 64, "global"),
+        ("inet6", "fe80::7ec2:55ff:fe9a:102e", 64, "link"),
+    ]
+    assert observation.interface("eno2").addresses == []  # type: ignore[union-attr]
+    assert observation.rdma[0].active and observation.rdma[0].port == 1
+    assert observation.image is not None and observation.image.id == IMAGE_ID
+    assert observation.image.repo_digests[0].startswith("registry.example.com/narwhal/engine@sha256:")
+    digest = digests["engine-1"]
+    assert digest.tree_sha256 == tree_digest(digest.files)
+    assert (digest.bytes_hashed, digest.bytes_reused, digest.files_reused) == (10, 29, 2)
+    assert observation.models["engine-1"].file_count == 3
+    assert observation.host_key_fingerprint == "SHA256:abc"
+    assert len(log) == 5
+
+
+def test_the_real_h200_capture_parses() -> None:
+    capture = FIXTURES / "h200-capture" / "nvidia-smi-query.csv"
+    gpus, problems = parse_nvidia_smi(capture.read_text())
+    assert problems == [] and [(g.name, g.memory_total_mib) for g in gpus] == [("NVIDIA H200", 143771)]
+
+
+def test_nvidia_smi_absent_is_an_error_on_an_engine_host() -> None:
+    doc = good_doc()
+    doc["tools"]["nvidia-smi"] = tool(NVIDIA_ARGV, "", rc=127, stderr="nvidia-smi: command not found\n")
+    assert problems_of(doc) == [HOST + "nvidia-smi: command not found (exit 127); engine roles need GPUs"]
+
+
+def test_a_router_only_host_needs_no_gpus_image_or_model() -> None:
+    doc = good_doc()
+    doc["tools"]["nvidia-smi"] = tool(NVIDIA_ARGV, "", rc=127, stderr="nvidia-smi: command not found\n")
+    del doc["tools"]["docker"]
+    doc.update(image=None, models={})
+    observation, digests, _ = parse(doc, ["router"])
+    assert (observation.gpus, observation.image, observation.models, digests) == ([], None, {}, {})
+
+
+def test_wrong_column_count_names_the_line() -> None:
+    doc = good_doc()
+    lines = NVIDIA.splitlines()
+    lines[1] = "1, GPU-9e2248aa-2491-481b-87c5-dc09b5892655, NVIDIA H200"
+    doc["tools"]["nvidia-smi"]["stdout"] = "\n".join(lines) + "\n"
+    assert problems_of(doc) == [HOST + "nvidia-smi: line 2: expected 5 comma-separated fields, got 3"]
+
+
+def test_non_integer_memory_names_the_line_and_field() -> None:
+    doc = good_doc()
+    doc["tools"]["nvidia-smi"]["stdout"] = NVIDIA.replace("143771", "[N/A]", 1)
+    assert problems_of(doc) == [HOST + "nvidia-smi: line 1: memory.total '[N/A]' is not an integer"]
+
+
+def test_nvidia_smi_failure_quotes_its_message() -> None:
+    doc = good_doc()
+    stdout = (FIXTURES / "h200-capture" / "nvidia-smi-bad.txt").read_text()
+    doc["tools"]["nvidia-smi"] = tool(NVIDIA_ARGV, stdout, rc=2)
+    assert problems_of(doc) == [
+        HOST + 'nvidia-smi: exit 2: Field "bogus.field" is not a valid field to query.; engine roles need GPUs'
+    ]
+
+
+def test_nvidia_smi_with_no_gpus_or_duplicate_indices() -> None:
+    doc = good_doc()
+    doc["tools"]["nvidia-smi"]["stdout"] = ""
+    assert problems_of(doc) == [HOST + "nvidia-smi: lists no GPUs; engine roles need GPUs"]
+    gpus, problems = parse_nvidia_smi(NVIDIA.splitlines()[0] + "\n" + NVIDIA.splitlines()[0] + "\n")
+    assert len(gpus) == 2
+    assert problems == [
+        "nvidia-smi: duplicate GPU index 0",
+        "nvidia-smi: duplicate GPU uuid GPU-bc087a02-3415-49ca-a6cd-1c580bad0d02",
+    ]
+
+
+def test_ip_output_that_is_not_json() -> None:
+    doc = good_doc()
+    doc["tools"]["ip"]["stdout"] = "1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN\n"
+    assert problems_of(doc) == [HOST + "ip -json address: output is not JSON (Extra data at line 1 column 2)"]
+
+
+def test_ip_absent_or_odd_entries() -> None:
+    doc = good_doc()
+    doc["tools"]["ip"] = tool(["ip", "-json", "address"], "", rc=127, stderr="ip: command not found\n")
+    assert problems_of(doc) == [HOST + "ip -json address: command not found (exit 127)"]
+    interfaces, problems = parse_ip_json('[{"ifname": "x", "addr_info": [{}, {"family": "inet"}]}, {"mtu": 1}]', {})
+    assert [i.name for i in interfaces] == ["x"]
+    assert problems == [
+        "ip -json address: x: address entry without 'local' and integer 'prefixlen'",
+        "ip -json address: interface 2: missing 'ifname'",
+    ]
+    assert parse_ip_json('{"ifname": "x"}', {})[1] == [
+        "ip -json address: expected a JSON array of interfaces, got dict"
+    ]
+
+
+def test_docker_no_such_image() -> None:
+    doc = good_doc()
+    doc["tools"]["docker"] = tool(
+        ["docker", "image", "inspect", IMAGE],
+        "[]\n",
+        rc=1,
+        stderr=f"Error response from daemon: No such image: {IMAGE}\n",
+    )
+    assert problems_of(doc) == [
+        HOST + f"docker image inspect: exit 1: Error response from daemon: No such image: {IMAGE}"
+    ]
+
+
+def test_docker_image_id_must_be_sha256() -> None:
+    doc = good_doc()
+    doc["tools"]["docker"]["stdout"] = DOCKER.replace(IMAGE_ID, "sha256:abc")
+    assert problems_of(doc) == [HOST + f"docker image inspect: {IMAGE}: Id 'sha256:abc' is not sha256:<64 hex>"]
+    doc["tools"]["docker"]["stdout"] = "[]"
+    assert problems_of(doc) == [HOST + f"docker image inspect: expected a JSON array with one image for {IMAGE}, got 0"]
+
+
+def test_every_problem_of_a_host_is_reported_at_once() -> None:
+    doc = good_doc()
+    doc["tools"]["nvidia-smi"]["stdout"] = "0, GPU-x, NVIDIA H200\n"
+    doc["tools"]["ip"]["stdout"] = "not json"
+    doc["tools"]["docker"]["stdout"] = "{"
+    doc["files"]["machine_id"] = host_file("/etc/machine-id", None, "No such file or directory")
+    doc["errors"] = [{"tool": "checkpoint", "message": "engine-1: /srv/models/m/x: dangling symlink"}]
+    doc["models"]["engine-1"]["ok"] = False
+    assert problems_of(doc) == [
+        HOST + "checkpoint: engine-1: /srv/models/m/x: dangling symlink",
+        HOST + "/etc/machine-id: No such file or directory",
+        HOST + "nvidia-smi: line 1: expected 5 comma-separated fields, got 3",
+        HOST + "ip -json address: output is not JSON (Expecting value at line 1 column 1)",
+        HOST + "docker image inspect: output is not JSON (Expecting property name enclosed in double quotes at line 1 "
+        "column 2)",
+    ]
+
+
+def test_malformed_host_identity_and_facts() -> None:
+    doc = good_doc()
+    doc["files"]["machine_id"]["text"] = "not-an-id\n"
+    doc["files"]["boot_id"]["text"] = "nope"
+    doc["tools"]["hostname"]["stdout"] = "\n"
+    del doc["python"]
+    assert problems_of(doc) == [
+        HOST + "hostname: printed nothing",
+        HOST + "/etc/machine-id: expected 32 hex digits",
+        HOST + "/proc/sys/kernel/random/boot_id: expected a UUID",
+        HOST + "python3: version not reported",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("", "probe: printed nothing (is python3 installed on the host?)"),
+        ("Traceback (most recent call last):", "probe: output is not JSON (Expecting value at line 1 column 1)"),
+        ("[]", "probe: output is not a JSON object"),
+        ('{"schema": "other", "schema_version": 1}', "probe: unexpected schema 'other' version 1"),
+    ],
+)
+def test_unusable_probe_output(raw: str, problem: str) -> None:
+    with pytest.raises(ProbeOutputError) as caught:
+        parse_probe_output("node-2", ["engine-1"], "SHA256:abc", raw, "now")
+    assert caught.value.problems == [HOST + problem]
+    assert command_log(raw) == []
+
+
+def test_bad_checkpoint_entries_are_named() -> None:
+    doc = good_doc()
+    model = doc["models"]["engine-1"]
+    model["files"][1]["sha256"] = "XYZ"
+    model["files"][2]["size"] = "big"
+    model["bytes_hashed"] = -1
+    assert problems_of(doc) == [
+        HOST + "checkpoint engine-1: model.safetensors: sha256 is not 64 hex digits",
+        HOST + "checkpoint engine-1: file 3: invalid size",
+        HOST + "checkpoint engine-1: bytes_hashed is not a non-negative integer",
+    ]
+
+
+def test_a_failed_model_without_a_probe_error_is_still_reported() -> None:
+    doc = good_doc()
+    doc["models"]["engine-1"]["ok"] = False
+    assert problems_of(doc) == [HOST + "checkpoint engine-1: the probe could not hash this model directory"]
+
+
+def test_unreadable_rdma_port() -> None:
+    doc = good_doc()
+    doc["rdma"][0]["state"] = None
+    assert problems_of(doc) == [HOST + "rdma: mlx5_0 port 1: state or link_layer unreadable"]
+
+
+@pytest.mark.parametrize(
+    ("text", "pretty"),
+    [
+        ('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n', "Debian GNU/Linux 12 (bookworm)"),
+        ("PRETTY_NAME='Rocky Linux 9.4 (Blue Onyx)'\n", "Rocky Linux 9.4 (Blue Onyx)"),
+        ("NAME=Alpine\nPRETTY_NAME=Alpine\n", "Alpine"),
+        ('PRETTY_NAME="unterminated\n', "unterminated"),
+        ("NAME=x\n", "Linux"),
+    ],
+)
+def test_os_release_pretty_name(text: str, pretty: str) -> None:
+    assert parse_os_release(text) == pretty
+
+
+def test_errors_keep_the_command_log_for_logs_dir() -> None:
+    doc = good_doc()
+    doc["tools"]["ip"]["stdout"] = "x"
+    with pytest.raises(ProbeOutputError) as caught:
+        parse(doc)
+    assert caught.value.command_log == doc["log"]
+    assert command_log(json.dumps(doc)) == doc["log"]
+
+
+def test_render_command_log() -> None:
+    entries = [
+        tool(["nvidia-smi", "--query-gpu=index"], "0\n"),
+        tool(["docker", "image", "inspect", "img:1"], "[]", rc=1, stderr="Error: No such image: img:1\n"),
+    ]
+    assert render_command_log(entries) == (
+        "$ nvidia-smi --query-gpu=index\n"
+        "0\n"
+        "exit 0 after 0.012 s\n"
+        "\n"
+        "$ docker image inspect img:1\n"
+        "[]\n"
+        "[stderr]\n"
+        "Error: No such image: img:1\n"
+        "exit 1 after 0.012 s\n"
+    )
+    assert render_command_log([{"argv": ["echo", "a b"], "rc": 0}]) == "$ echo 'a b'\nexit 0\n"

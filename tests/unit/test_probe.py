@@ -1,0 +1,409 @@
+"""The probe, run exactly as over SSH (`python3 -`, source on stdin) against fake tools and a real tree.
+
+The tree digest is checked against the documented shell pipeline run by bash; the hashing functions are
+also exercised in-process, where a file can be changed mid-read and hash calls can be counted.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.remote import previous_hashes, probe_params, probe_script, probe_source
+from narwhal_assets.remote import probe as probe_module
+from narwhal_assets.remote.parse import ProbeOutputError, parse_probe_output
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NVIDIA_FIXTURE = FIXTURES / "nvidia-smi-query-h200x8.csv"
+IP_FIXTURE = FIXTURES / "ip-json-address.json"
+DOCKER_FIXTURE = FIXTURES / "docker-image-inspect.json"
+IMAGE = "registry.example.com/narwhal/engine:2026.11.1"
+SHELL_TREE_DIGEST = "find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum -- | sha256sum"
+MIB = 1024 * 1024
+
+
+def shell_tree_digest(root: Path) -> str:
+    out = subprocess.run(["bash", "-c", SHELL_TREE_DIGEST], cwd=root, capture_output=True, text=True, check=True)
+    return out.stdout.split()[0]
+
+
+def write_tool(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> Path:
+    """Fake nvidia-smi, ip, docker and hostname printing the fixtures, and only for the exact argv expected."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    query = " ".join(probe_module.NVIDIA_SMI_ARGV[1:])
+    write_tool(
+        bin_dir, "nvidia-smi", f'[ "$*" = "{query}" ] && exec cat "{NVIDIA_FIXTURE}"\necho bad args >&2\nexit 2\n'
+    )
+    write_tool(bin_dir, "ip", f'[ "$*" = "-json address" ] && exec cat "{IP_FIXTURE}"\nexit 1\n')
+    write_tool(
+        bin_dir,
+        "docker",
+        f'[ "$*" = "image inspect {IMAGE}" ] && exec cat "{DOCKER_FIXTURE}"\n'
+        'echo "[]"\necho "Error response from daemon: No such image: $3" >&2\nexit 1\n',
+    )
+    write_tool(bin_dir, "hostname", "echo gpu-node-2\n")
+    return bin_dir
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> dict[str, str]:
+    """A fake /sys/class/net and /sys/class/infiniband: one active IB port with its netdev, one down."""
+    net = tmp_path / "sys-net"
+    for name, speed in (("eno1", "100000"), ("eno2", "-1"), ("ibp26s0", "400000"), ("lo", None)):
+        (net / name).mkdir(parents=True)
+        if speed is not None:
+            (net / name / "speed").write_text(speed + "\n")
+    ib = tmp_path / "sys-ib"
+    for device, state, layer, rate in (
+        ("mlx5_0", "4: ACTIVE", "InfiniBand", "400 Gb/sec (4X NDR)"),
+        ("mlx5_1", "1: DOWN", "Ethernet", "100 Gb/sec (2X HDR)"),
+    ):
+        port = ib / device / "ports" / "1"
+        port.mkdir(parents=True)
+        (port / "state").write_text(state + "\n")
+        (port / "link_layer").write_text(layer + "\n")
+        (port / "rate").write_text(rate + "\n")
+    (ib / "mlx5_0" / "device" / "net" / "ibp26s0").mkdir(parents=True)
+    return {"sysfs_net": str(net), "sysfs_infiniband": str(ib)}
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    """A small checkpoint: several shards (one over the 4 MiB read chunk), nested and odd names, a file link."""
+    root = tmp_path / "models" / "m"
+    (root / "tokenizer").mkdir(parents=True)
+    (root / "dir with space").mkdir()
+    (root / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16"}\n')
+    (root / "model-00001-of-00002.safetensors").write_bytes(os.urandom(9 * MIB + 17))
+    (root / "model-00002-of-00002.safetensors").write_bytes(os.urandom(3 * MIB))
+    (root / "tokenizer" / "tokenizer.json").write_text('{"version": "1.0"}')
+    (root / "dir with space" / "\u00fcber.txt").write_text("non-ascii name")
+    (root / "empty").write_bytes(b"")
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(os.urandom(1000))
+    (root / "linked.bin").symlink_to(outside)
+    return root
+
+
+def run_probe(params: dict[str, Any], bin_dir: Path) -> dict[str, Any]:
+    """Exactly what the transport does: `python3 -` with the script on stdin; stdout must be one JSON text."""
+    env = {"PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+    proc = subprocess.run(
+        ["python3", "-"], input=probe_script(params), capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.count("\n") == 1
+    return json.loads(proc.stdout)
+
+
+def parse(doc: dict[str, Any], roles: list[str] | None = None) -> Any:
+    return parse_probe_output("node-1", roles or ["engine-1"], "SHA256:key", json.dumps(doc), "2026-11-30T00:00:00Z")
+
+
+def test_probe_over_stdin_collects_every_fact_and_parses(
+    fake_bin: Path, model_dir: Path, sysfs: dict[str, str]
+) -> None:
+    doc = run_probe({"image": IMAGE, "models": {"engine-1": str(model_dir)}, **sysfs}, fake_bin)
+
+    assert doc["errors"] == []
+    assert doc["tools"]["nvidia-smi"] == dict(doc["tools"]["nvidia-smi"], rc=0, stdout=NVIDIA_FIXTURE.read_text())
+    assert [entry["argv"] for entry in doc["log"]] == [
+        ["hostname"],
+        ["uname", "-r"],
+        probe_module.NVIDIA_SMI_ARGV,
+        ["ip", "-json", "address"],
+        ["docker", "image", "inspect", IMAGE],
+    ]
+    assert all(set(e) == {"argv", "rc", "stdout", "stderr", "seconds"} for e in doc["log"])
+    assert doc["link_speeds"] == {"eno1": 100000, "eno2": None, "ibp26s0": 400000, "lo": None}
+
+    observation, digests, log = parse(doc, ["router", "engine-1"])
+    assert observation.hostname == "gpu-node-2"
+    assert [g.index for g in observation.gpus] == list(range(8))
+    assert observation.image is not None and observation.image.id.startswith("sha256:5b3c1d0e")
+    assert observation.interface("ibp26s0") is not None
+    assert observation.interface("ibp26s0").speed_mbps == 400000  # type: ignore[union-attr]
+    assert [(p.device, p.active, p.netdevs) for p in observation.rdma] == [
+        ("mlx5_0", True, ["ibp26s0"]),
+        ("mlx5_1", False, []),
+    ]
+    digest = digests["engine-1"]
+    assert digest.tree_sha256 == shell_tree_digest(model_dir)
+    assert observation.models["engine-1"].tree_sha256 == digest.tree_sha256
+    config_sha = hashlib.sha256((model_dir / "config.json").read_bytes()).hexdigest()
+    assert observation.models["engine-1"].config_sha256 == config_sha
+    assert [f.path for f in digest.files][:3] == ["config.json", "dir with space/\u00fcber.txt", "empty"]
+    assert digest.files_reused == 0 and digest.bytes_hashed == sum(f.size for f in digest.files)
+    assert log == doc["log"]
+
+
+def test_symlink_to_a_file_is_followed(model_dir: Path) -> None:
+    tree = probe_module.hash_tree(str(model_dir))
+    linked = next(f for f in tree["files"] if f["path"] == "linked.bin")
+    target = (model_dir / "linked.bin").resolve()
+    assert linked["inode"] == target.stat().st_ino
+    assert linked["sha256"] == hashlib.sha256(target.read_bytes()).hexdigest()
+    assert tree["problems"] == []
+
+
+def test_incremental_rehash_reuses_unchanged_files_over_the_wire(
+    fake_bin: Path, model_dir: Path, sysfs: dict[str, str]
+) -> None:
+    models = {"engine-1": str(model_dir)}
+    first = parse(run_probe({"models": models, **sysfs}, fake_bin))[1]
+    total = sum(f.size for f in first["engine-1"].files)
+    count = len(first["engine-1"].files)
+
+    unchanged = parse(run_probe({"models": models, "previous": previous_hashes(first), **sysfs}, fake_bin))[1]
+    assert (unchanged["engine-1"].files_reused, unchanged["engine-1"].bytes_hashed) == (count, 0)
+    assert unchanged["engine-1"].bytes_reused == total
+
+    touched = model_dir / "model-00002-of-00002.safetensors"
+    stat = touched.stat()
+    os.utime(touched, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    again = parse(run_probe({"models": models, "previous": previous_hashes(unchanged), **sysfs}, fake_bin))[1]
+    assert (again["engine-1"].files_reused, again["engine-1"].bytes_hashed) == (count - 1, stat.st_size)
+    assert again["engine-1"].tree_sha256 == first["engine-1"].tree_sha256
+
+    full = {"models": models, "previous": previous_hashes(again), "full_hash": True, **sysfs}
+    rehashed = parse(run_probe(full, fake_bin))[1]
+    assert (rehashed["engine-1"].files_reused, rehashed["engine-1"].bytes_hashed) == (0, total)
+
+
+def test_changed_content_with_same_stat_is_only_caught_by_full_hash(model_dir: Path) -> None:
+    """Documents the trade-off of incremental hashing: reuse trusts size+mtime_ns+inode."""
+    first = probe_module.hash_tree(str(model_dir))
+    previous = {f["path"]: f for f in first["files"]}
+    shard = model_dir / "model-00002-of-00002.safetensors"
+    stat = shard.stat()
+    with shard.open("r+b") as handle:
+        handle.write(b"\xff" * 16)
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert probe_module.hash_tree(str(model_dir), previous)["files"] == first["files"]
+    full = probe_module.hash_tree(str(model_dir), previous, full=True)
+    assert full["files"] != first["files"] and full["files_reused"] == 0
+
+
+def test_a_model_dir_shared_by_engines_is_hashed_once(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    original = probe_module.hash_file
+
+    def counting(path: str) -> dict[str, Any]:
+        calls.append(path)
+        return original(path)
+
+    monkeypatch.setattr(probe_module, "hash_file", counting)
+    alias = model_dir.parent / "alias"
+    alias.symlink_to(model_dir)
+    probe = probe_module.Probe()
+    params = probe_module._load_params({"models": {"engine-1": str(model_dir), "engine-2": str(alias)}})
+    models = probe_module.collect_models(probe, params)
+    assert len(calls) == len(models["engine-1"]["files"]) == 7
+    assert models["engine-1"]["files"] == models["engine-2"]["files"]
+    assert models["engine-2"]["model_dir"] == str(alias)
+    assert probe.errors == []
+
+
+def _symlink_to_dir(root: Path) -> Path:
+    (root / "sub-link").symlink_to(root / "tokenizer")
+    return root / "sub-link"
+
+
+def _dangling(root: Path) -> Path:
+    (root / "gone.bin").symlink_to(root / "missing-target")
+    return root / "gone.bin"
+
+
+def _fifo(root: Path) -> Path:
+    os.mkfifo(root / "tokenizer" / "pipe")
+    return root / "tokenizer" / "pipe"
+
+
+def _socket(root: Path) -> Path:
+    path = root / "s.sock"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
+    return path
+
+
+def _loop(root: Path) -> Path:
+    (root / "loop").symlink_to(root / "loop")
+    return root / "loop"
+
+
+def _newline(root: Path) -> Path:
+    (root / "bad\nname").write_text("x")
+    return root / "bad\nname"
+
+
+def _backslash(root: Path) -> Path:
+    (root / "bad\\name").write_text("x")
+    return root / "bad\\name"
+
+
+def _dash(root: Path) -> Path:
+    (root / "-").write_text("x")
+    return root / "-"
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (_symlink_to_dir, "symlink to a directory (not allowed in a checkpoint)"),
+        (_dangling, "dangling symlink"),
+        (_fifo, "not a regular file (fifo, socket or device)"),
+        (_socket, "not a regular file (fifo, socket or device)"),
+        (_loop, "symlink loop"),
+        (_newline, "file name contains a newline or backslash"),
+        (_backslash, "file name contains a newline or backslash"),
+        (_dash, "a top-level file named '-' is read as stdin by sha256sum"),
+    ],
+)
+def test_entries_the_digest_cannot_describe_are_errors_naming_the_path(model_dir: Path, make: Any, reason: str) -> None:
+    bad = make(model_dir)
+    tree = probe_module.hash_tree(str(model_dir))
+    assert tree["problems"] == [f"{bad}: {reason}"]
+    assert tree["files"] == [] and tree["bytes_hashed"] == 0
+
+
+def test_tree_errors_are_reported_per_engine_and_fail_parsing(
+    fake_bin: Path, model_dir: Path, sysfs: dict[str, str]
+) -> None:
+    bad = _symlink_to_dir(model_dir)
+    doc = run_probe({"models": {"engine-1": str(model_dir), "engine-2": str(model_dir)}, **sysfs}, fake_bin)
+    message = f"engine-1, engine-2: {bad}: symlink to a directory (not allowed in a checkpoint)"
+    assert doc["errors"] == [{"tool": "checkpoint", "message": message}]
+    assert doc["models"]["engine-1"]["ok"] is False
+    assert doc["tools"]["nvidia-smi"]["rc"] == 0  # other facts still collected
+    with pytest.raises(ProbeOutputError) as caught:
+        parse(doc, ["engine-1", "engine-2"])
+    assert caught.value.problems == [f"host node-1: checkpoint: {message}"]
+    assert caught.value.command_log == doc["log"]
+
+
+def test_a_file_changed_while_being_read_is_an_error(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = probe_module.digest_stream
+    shard = model_dir / "model-00001-of-00002.safetensors"
+
+    def write_during_read(handle: Any) -> tuple[str, int]:
+        result = original(handle)
+        if handle.name == str(shard):
+            with shard.open("ab") as writer:
+                writer.write(b"appended by a concurrent download")
+        return result
+
+    monkeypatch.setattr(probe_module, "digest_stream", write_during_read)
+    tree = probe_module.hash_tree(str(model_dir), workers=3)
+    assert tree["problems"] == [f"{shard}: changed while being read"]
+
+
+def test_missing_model_dir_and_missing_config_are_errors(tmp_path: Path) -> None:
+    assert probe_module.hash_tree(str(tmp_path / "nope"))["problems"] == [f"{tmp_path / 'nope'}: no such directory"]
+    (tmp_path / "w.bin").write_bytes(b"w")
+    tree = probe_module.hash_tree(str(tmp_path))
+    assert tree["problems"] == [f"{tmp_path / 'config.json'}: missing (the model configuration must be at the top)"]
+
+
+def test_missing_tools_do_not_stop_the_probe(tmp_path: Path, sysfs: dict[str, str]) -> None:
+    empty_bin = tmp_path / "empty-bin"
+    empty_bin.mkdir()
+    write_tool(empty_bin, "docker", "echo 'docker: permission denied' >&2\nexit 1\n")
+    doc = run_probe({"image": IMAGE, "models": {"engine-1": str(tmp_path / "absent")}, **sysfs}, empty_bin)
+    assert doc["tools"]["nvidia-smi"]["rc"] == 127
+    assert doc["tools"]["nvidia-smi"]["stderr"] == "nvidia-smi: command not found\n"
+    assert doc["tools"]["docker"]["rc"] == 1
+    assert doc["errors"] == [{"tool": "checkpoint", "message": f"engine-1: {tmp_path / 'absent'}: no such directory"}]
+    assert doc["files"]["boot_id"]["text"]  # host facts still read
+
+
+def test_a_crashing_collector_becomes_an_error_entry_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], sysfs: dict[str, str]
+) -> None:
+    def boom(root: str) -> list[dict[str, Any]]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(probe_module, "rdma_ports", boom)
+    probe_module.main(json.dumps({"models": {}, **sysfs}))
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert captured.err == ""
+    assert {"tool": "rdma", "message": "internal error: RuntimeError: boom"} in doc["errors"]
+    assert doc["rdma"] == [] and doc["link_speeds"]["eno1"] == 100000
+
+
+def test_unreadable_params_still_give_one_json_document(capsys: pytest.CaptureFixture[str]) -> None:
+    probe_module.main("{not json")
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["errors"][0]["tool"] == "probe"
+    assert doc["errors"][0]["message"].startswith("internal error: JSONDecodeError")
+
+
+def test_log_entries_are_clipped_but_tool_output_is_kept_whole() -> None:
+    probe = probe_module.Probe()
+    result = probe.run("big", [sys.executable, "-c", "print('x' * 200000)"])
+    assert len(result["stdout"]) == 200001
+    assert len(probe.log[0]["stdout"]) < probe_module.LOG_LIMIT + 100
+    assert probe.log[0]["stdout"].endswith("characters truncated in the log]\n")
+
+
+def test_a_hanging_tool_times_out_as_exit_124() -> None:
+    result = probe_module.Probe().run("sleep", ["sleep", "5"], timeout=0.2)
+    assert result["rc"] == 124 and "timed out" in result["stderr"]
+
+
+def test_probe_script_is_ascii_python38_source_ending_in_one_main_call(tmp_path: Path) -> None:
+    script = probe_script({"image": IMAGE, "models": {"engine-1": "/srv/models/\u00fcber 'quoted'"}})
+    script.encode("ascii")
+    ast.parse(script, feature_version=(3, 8))
+    last = script.rstrip("\n").splitlines()[-1]
+    call = ast.parse(last).body[0].value  # type: ignore[attr-defined]
+    params = json.loads(call.args[0].value)
+    assert call.func.id == "main" and params["models"]["engine-1"] == "/srv/models/\u00fcber 'quoted'"
+    assert script.startswith(probe_source().rstrip())
+    assert params["full_hash"] is False and params["workers"] is None and params["previous"] == {}
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        ({"image": "--privileged"}, "probe params: image must be an image reference"),
+        ({"image": "a b"}, "probe params: image must be an image reference"),
+        ({"models": {"engine-1": "relative/path"}}, "probe params: models.engine-1: the model directory must be"),
+        ({"models": {"router": "/srv/m"}}, "probe params: models: 'router' is not an engine role"),
+        ({"workers": 0}, "probe params: workers must be a positive integer or null"),
+        ({"full_hash": "yes"}, "probe params: full_hash must be true or false"),
+        ({"colour": 1}, "probe params: unknown key 'colour'"),
+    ],
+)
+def test_probe_params_are_checked_on_the_workstation(params: dict[str, Any], problem: str) -> None:
+    with pytest.raises(InputError) as caught:
+        probe_params(params)
+    assert len(caught.value.problems) == 1 and caught.value.problems[0].startswith(problem)
+
+
+def test_link_speed_treats_minus_one_missing_and_garbage_as_unknown(tmp_path: Path) -> None:
+    for name, text in (("a", "25000\n"), ("b", "-1\n"), ("c", "fast\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "speed").write_text(text)
+    (tmp_path / "d").mkdir()
+    assert probe_module.link_speeds(str(tmp_path)) == {"a": 25000, "b": None, "c": None, "d": None}
+    assert probe_module.link_speeds(str(tmp_path / "absent")) == {}
