@@ -10,7 +10,6 @@ from typing import Any
 
 import dagster as dg
 
-from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.privatefiles import ensure_private_dir
 
 DAGSTER_HOME_DEFAULT = "runs/dagster"
@@ -48,18 +47,13 @@ def materialize_selection(
 
     config: dict[str, Any] = {**QUIET, **(run_config or {})}
     logging.getLogger("dagster").setLevel(logging.CRITICAL)
-    try:
-        return dg.materialize(
-            [*ALL_ASSETS, *ALL_CHECKS],
-            selection=selection,
-            instance=instance,
-            resources={**resources(), "narwhal": NarwhalSettings(root=str(root))},
-            partition_key=partition_key,
-            run_config=config,
-            tags=dict(tags or {}),
-        )
-    except dg.DagsterExecutionStepExecutionError as exc:
-        cause = exc.user_exception
-        if isinstance(cause, NarwhalError):
-            raise cause from None
-        raise
+    # In-process execution re-raises an asset's own exception, so a NarwhalError reaches the CLI as itself.
+    return dg.materialize(
+        [*ALL_ASSETS, *ALL_CHECKS],
+        selection=selection,
+        instance=instance,
+        resources={**resources(), "narwhal": NarwhalSettings(root=str(root))},
+        partition_key=partition_key,
+        run_config=config,
+        tags=dict(tags or {}),
+    )

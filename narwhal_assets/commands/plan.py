@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from narwhal_assets.commands.context import Checkout
+from narwhal_assets.core.inventory import load_inventory
+from narwhal_assets.core.settings import Settings
 from narwhal_assets.runner import materialize_selection, operator_instance
 
 
 def run(args: argparse.Namespace) -> int:
     materialize_selection("host_inventory", operator_instance(args.root), args.root)
-    checkout = Checkout.open(args.root)
-    print(f"inventory {checkout.settings.hosts_path}: {len(checkout.inventory.hosts)} physical host(s)")
-    for host in checkout.inventory.hosts:
+    path = Settings.load(args.root).hosts_path
+    inventory = load_inventory(path)
+    print(f"inventory {path}: {len(inventory.hosts)} physical host(s)")
+    for host in inventory.hosts:
         auth = f"password ({host.password_env})" if host.password_env else "key/agent"
         print(f"  {host.id:<12} roles={','.join(host.roles):<24} ssh_env={host.ssh_env}  auth={auth}")
     return 0

@@ -2,8 +2,9 @@
 
 The parser accepts exactly the assignments whose value bash would take literally: optional `export`,
 single quotes, double quotes without expansions, backslash escapes, comments and blank lines. Anything
-that needs a shell to evaluate (command substitution, parameter expansion, tilde expansion, several
-words) is refused with `file:line` and the variable name. Error messages never contain a value.
+that needs a shell to evaluate (command substitution, parameter expansion, tilde or brace expansion,
+several words, line continuation outside quotes) is refused with `file:line` and the variable name, and
+so is any carriage return (a CRLF file). Error messages never contain a value.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from pathlib import Path
 from narwhal_assets.core.errors import InputError
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Unquoted characters bash keeps literally inside an assignment value (no globbing or brace expansion
-# happens there). Everything else must be quoted.
-_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./:,@%+=^!*?[]{}#")
+# Unquoted characters bash keeps literally inside an assignment value (no globbing happens there).
+# '{' is missing on purpose: after `export`, bash brace-expands `V={a,b}` to `V=b`. Everything else must
+# be quoted.
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-./:,@%+=^!*?[]}#")
 _DQ_ESCAPABLE = frozenset('$`"\\\n')
 
 
@@ -26,12 +28,19 @@ class _Cursor:
         self.source = source
         self.pos = 0
         self.line = 1
+        # The assignment being read (for errors about a carriage return met anywhere in it).
+        self.name: str | None = None
+        self.start = 1
 
     def peek(self) -> str:
-        return self.text[self.pos] if self.pos < len(self.text) else ""
+        ch = self.text[self.pos] if self.pos < len(self.text) else ""
+        if ch == "\r":
+            line = self.start if self.name else self.line
+            raise self.fail(line, self.name, "carriage return (CR) found; save the file with LF line endings")
+        return ch
 
     def take(self) -> str:
-        ch = self.text[self.pos]
+        ch = self.peek()
         self.pos += 1
         if ch == "\n":
             self.line += 1
@@ -49,13 +58,14 @@ def parse_env_text(text: str, source: str) -> dict[str, str]:
     cur = _Cursor(text, source)
     values: dict[str, str] = {}
     while cur.peek():
+        cur.name = None
         _skip_blank(cur)
         if not cur.peek():
             break
         if cur.peek() == "#":
             _skip_comment(cur)
             continue
-        start_line = cur.line
+        start_line = cur.start = cur.line
         word = _read_name(cur)
         if word == "export" and cur.peek() in (" ", "\t"):
             while cur.peek() in (" ", "\t"):
@@ -63,6 +73,7 @@ def parse_env_text(text: str, source: str) -> dict[str, str]:
             word = _read_name(cur)
         if not word or not NAME_RE.fullmatch(word):
             raise cur.fail(start_line, None, "expected NAME=value (an assignment with a valid variable name)")
+        cur.name = word
         if cur.peek() != "=":
             raise cur.fail(start_line, word, "expected '=' right after the variable name")
         cur.take()
@@ -74,7 +85,8 @@ def parse_env_text(text: str, source: str) -> dict[str, str]:
 def load_env_file(path: Path) -> dict[str, str]:
     """Parse one assignment file; a missing file is empty, an unreadable one is an error naming it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # Bytes, not read_text(): universal newlines would turn a CR into LF and hide it from the parser.
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
@@ -89,9 +101,12 @@ def shell_quote(value: str) -> str:
 
 def render_exports(values: dict[str, str]) -> str:
     """`export NAME='literal'` lines, sorted by name: the role-file format."""
-    for name in values:
+    for name, value in values.items():
         if not NAME_RE.fullmatch(name):
             raise InputError([f"role export: invalid variable name {name!r}"])
+        if "\x00" in value or "\r" in value:
+            # bash cannot hold a NUL, and parse_env_text refuses a CR: the file could not be read back.
+            raise InputError([f"role export: {name}: value contains a NUL or carriage return character"])
     return "".join(f"export {name}={shell_quote(values[name])}\n" for name in sorted(values))
 
 

@@ -123,7 +123,11 @@ def load_inventory(path: Path) -> Inventory:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError([f"{path}: inventory not found (run `deploy-hosts plan` to derive it)"]) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except json.JSONDecodeError as exc:
+        # `exc.msg` describes the syntax only ("Expecting ',' delimiter"); it never quotes the document.
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise InputError([f"{path}: {where}: not valid JSON: {exc.msg}"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise InputError([f"{path}: not a readable JSON inventory ({type(exc).__name__})"]) from None
     try:
         return Inventory.model_validate(raw)
@@ -153,6 +157,7 @@ def validate_inventory(inventory: Inventory, settings: Settings, source: str) ->
                 owners[role] = entry.id
         problems += _access_problems(entry, settings, where)
         destination = settings.get(entry.ssh_env)
+        problems += _moved_roles(entry, settings, destination, where)
         if destination:
             if destination in destinations:
                 problems.append(
@@ -180,9 +185,27 @@ def _access_problems(entry: HostEntry, settings: Settings, where: str) -> list[s
         if name is None:
             continue
         if not ENV_NAME_RE.fullmatch(name):
-            problems.append(f"{where}.{field_name}: {name!r} is not a variable name")
+            # Not echoed: a destination or password pasted here by mistake must not reach logs.
+            problems.append(f"{where}.{field_name}: must name an environment variable (letters, digits, '_')")
         elif not settings.get(name):
             problems.append(f"{where}.{field_name}: variable {name} is unset or empty (set it in .env)")
+    return problems
+
+
+def _moved_roles(entry: HostEntry, settings: Settings, destination: str | None, where: str) -> list[str]:
+    """Roles whose own destination variable now points elsewhere than their host's `ssh_env`."""
+    if not destination:
+        return []
+    problems = []
+    for role in entry.roles:
+        number = engine_number(role)
+        variable = ROUTER_SSH if role == ROUTER else None if number is None else f"NARWHAL_NODE_{number}_SSH"
+        own = settings.get(variable) if variable and variable != entry.ssh_env else None
+        if own and own != destination:
+            problems.append(
+                f"{where}.roles: {role!r} has its own destination {variable}, which differs from the host's "
+                f"{entry.ssh_env}; move the role to its machine's entry or give both the same destination"
+            )
     return problems
 
 
@@ -192,4 +215,6 @@ def _role_order(role: str) -> tuple[int, int]:
 
 
 def _field(loc: tuple[int | str, ...]) -> str:
+    if not loc:
+        return "(top level)"
     return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))

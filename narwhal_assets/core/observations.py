@@ -5,7 +5,7 @@ Hostnames are labels only; identity is the SSH host key (recorded by fingerprint
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -90,12 +90,13 @@ class CheckpointDigest(_Model):
 
 
 class ModelObservation(_Model):
-    """An engine role's model directory: the config hash and where its checkpoint digest is stored."""
+    """An engine role's model directory: its config (hash and parsed content) and checkpoint summary."""
 
     model_dir: str
     config_sha256: str
     tree_sha256: str
     file_count: int
+    config: dict[str, Any] = Field(default_factory=dict)
 
 
 class HostObservation(_Model):

@@ -80,9 +80,12 @@ class Settings:
         return next((values for lay, values in self.layers if lay == layer), {})
 
     def path(self, name: str) -> Path:
-        """A path variable from PATH_DEFAULTS, resolved against the management checkout."""
+        """A path variable from PATH_DEFAULTS (empty means default), resolved against the checkout.
+
+        Values are literal, as bash would see them after sourcing `.env`: a quoted `~` is not expanded.
+        """
         value = self.get(name) or PATH_DEFAULTS[name]
-        return (self.root / os.path.expanduser(value)).resolve()
+        return (self.root / value).resolve()
 
     @property
     def hosts_path(self) -> Path:
@@ -104,6 +107,6 @@ class Settings:
     def ssh_config_path(self) -> Path | None:
         """The operator's OpenSSH client config (`NARWHAL_SSH_CONFIG`, default ~/.ssh/config) if present."""
         value = self.get("NARWHAL_SSH_CONFIG")
-        path = Path(os.path.expanduser(value or "~/.ssh/config"))
+        path = Path(value) if value else Path("~/.ssh/config").expanduser()
         path = path if path.is_absolute() else self.root / path
         return path if path.is_file() else None

@@ -325,6 +325,17 @@ def _model(host_id: str, engine: str, result: Mapping[str, Any]) -> tuple[Checkp
     return digest, []
 
 
+def _model_config(engine: str, text: Any) -> tuple[dict[str, Any], list[str]]:
+    """The parsed config.json; launch policy reads limits such as max_position_embeddings from it."""
+    try:
+        config = json.loads(text) if isinstance(text, str) else None
+    except json.JSONDecodeError as exc:
+        return {}, [f"checkpoint {engine}: config.json: not valid JSON (line {exc.lineno})"]
+    if not isinstance(config, dict):
+        return {}, [f"checkpoint {engine}: config.json: expected a JSON object"]
+    return config, []
+
+
 def parse_models(
     host_id: str, models: Any, probe_failed: bool
 ) -> tuple[dict[str, ModelObservation], dict[str, CheckpointDigest], list[str]]:
@@ -344,11 +355,14 @@ def parse_models(
         problems += model_problems
         if digest is not None:
             digests[engine] = digest
+            config, config_problems = _model_config(engine, result.get("config_text"))
+            problems += config_problems
             observations[engine] = ModelObservation(
                 model_dir=digest.model_dir,
                 config_sha256=str(result["config_sha256"]),
                 tree_sha256=digest.tree_sha256,
                 file_count=len(digest.files),
+                config=config,
             )
     return observations, digests, problems
 

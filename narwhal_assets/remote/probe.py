@@ -45,6 +45,7 @@ HOST_FILES = {
 SYSFS_NET = "/sys/class/net"
 SYSFS_INFINIBAND = "/sys/class/infiniband"
 CONFIG_FILE = "config.json"
+CONFIG_LIMIT = 4 << 20
 
 
 class TreeError(Exception):
@@ -364,6 +365,21 @@ def _split_reusable(
     return reused, todo
 
 
+def read_config(root: str, expected_sha256: str) -> tuple[str | None, list[str]]:
+    """The model's config.json text (for launch limits), only if it is still the bytes that were hashed."""
+    path = os.path.join(root, CONFIG_FILE)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(CONFIG_LIMIT + 1)
+    except OSError as exc:
+        return None, [f"{path}: cannot read ({exc.strerror})"]
+    if len(raw) > CONFIG_LIMIT:
+        return None, [f"{path}: larger than {CONFIG_LIMIT} bytes"]
+    if hashlib.sha256(raw).hexdigest() != expected_sha256:
+        return None, [f"{path}: changed while being read"]
+    return raw.decode("utf-8", "replace"), []
+
+
 def hash_tree(
     root: str, previous: dict[str, Any] | None = None, full: bool = False, workers: int | None = None
 ) -> dict[str, Any]:
@@ -392,6 +408,8 @@ def hash_tree(
         result["config_sha256"] = files.get(CONFIG_FILE, {}).get("sha256")
         if result["config_sha256"] is None and not problems:
             problems = [f"{os.path.join(root, CONFIG_FILE)}: missing (the model configuration must be at the top)"]
+        elif not problems:
+            result["config_text"], problems = read_config(root, result["config_sha256"])
     return dict(result, problems=sorted(problems), seconds=round(time.monotonic() - started, 3))
 
 

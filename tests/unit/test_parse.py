@@ -93,6 +93,7 @@ def good_doc() -> dict[str, Any]:
                 "model_dir": "/srv/models/m",
                 "ok": True,
                 "config_sha256": files[0]["sha256"],
+                "config_text": '{"model_type": "llama", "max_position_embeddings": 131072}',
                 "files": files,
                 "bytes_hashed": 10,
                 "bytes_reused": 29,
@@ -355,3 +356,11 @@ def test_render_command_log() -> None:
         "exit 1 after 0.012 s\n"
     )
     assert render_command_log([{"argv": ["echo", "a b"], "rc": 0}]) == "$ echo 'a b'\nexit 0\n"
+
+
+def test_model_config_content_is_parsed_and_bad_json_is_named() -> None:
+    observation = parse(good_doc())[0]
+    assert observation.models["engine-1"].config["max_position_embeddings"] == 131072
+    doc = good_doc()
+    doc["models"]["engine-1"]["config_text"] = "{not json"
+    assert "host node-2: checkpoint engine-1: config.json: not valid JSON (line 1)" in problems_of(doc)

@@ -1,0 +1,127 @@
+"""Layered settings: default < config/deployment.env < .env < process environment, and path resolution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.settings import PATH_DEFAULTS, Layer, Settings
+
+
+def checkout(tmp_path: Path, dotenv: str = "", deployment_env: str = "") -> Path:
+    (tmp_path / "config").mkdir(exist_ok=True)
+    if dotenv:
+        (tmp_path / ".env").write_text(dotenv, encoding="utf-8")
+    if deployment_env:
+        (tmp_path / "config" / "deployment.env").write_text(deployment_env, encoding="utf-8")
+    return tmp_path
+
+
+def test_precedence_and_reported_layer(tmp_path: Path) -> None:
+    root = checkout(
+        tmp_path,
+        dotenv="export B=dotenv\nC=dotenv\nD=dotenv\n",
+        deployment_env="A=discovered\nB=discovered\nC=discovered\n",
+    )
+    defaults = {"A": "default", "B": "default", "E": "default"}
+    s = Settings.load(root, environ={"C": "process", "F": ""}, defaults=defaults)
+    assert s.lookup("E") == ("default", Layer.DEFAULT)
+    assert s.lookup("A") == ("discovered", Layer.DISCOVERED)
+    assert s.lookup("B") == ("dotenv", Layer.DOTENV)
+    assert s.lookup("D") == ("dotenv", Layer.DOTENV)
+    assert s.lookup("C") == ("process", Layer.PROCESS)
+    assert s.lookup("F") == ("", Layer.PROCESS)  # an empty value still wins and is reported
+    assert s.lookup("MISSING") is None
+    assert s.get("C") == "process"
+    assert s.get("MISSING") is None
+    assert s.get("MISSING", "fallback") == "fallback"
+    assert s.names() == {"A", "B", "C", "D", "E", "F"}
+    assert dict(s.layer_values(Layer.DISCOVERED)) == {"A": "discovered", "B": "discovered", "C": "discovered"}
+    assert dict(s.layer_values(Layer.DOTENV)) == {"B": "dotenv", "C": "dotenv", "D": "dotenv"}
+    assert [layer for layer, _ in s.layers] == [Layer.DEFAULT, Layer.DISCOVERED, Layer.DOTENV, Layer.PROCESS]
+
+
+def test_process_environment_is_os_environ_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = checkout(tmp_path, dotenv="NARWHAL_T_VAR=dotenv\n")
+    assert Settings.load(root).lookup("NARWHAL_T_VAR") == ("dotenv", Layer.DOTENV)
+    monkeypatch.setenv("NARWHAL_T_VAR", "process")
+    assert Settings.load(root).lookup("NARWHAL_T_VAR") == ("process", Layer.PROCESS)
+
+
+def test_missing_files_are_empty_layers(tmp_path: Path) -> None:
+    s = Settings.load(tmp_path, environ={})
+    assert s.names() == set()
+    assert s.root == tmp_path.resolve()
+
+
+def test_bad_dotenv_names_the_file_and_line(tmp_path: Path) -> None:
+    root = checkout(tmp_path, dotenv="A=1\nB=$(id)\n", deployment_env="C=two words\n")
+    with pytest.raises(InputError) as info:
+        Settings.load(root, environ={})
+    # config/deployment.env is read first, so its problem is the one reported.
+    assert info.value.problems == [
+        f"{root / 'config' / 'deployment.env'}:1: C: more than one word after '='; quote the value"
+    ]
+    (root / "config" / "deployment.env").unlink()
+    with pytest.raises(InputError) as info:
+        Settings.load(root, environ={})
+    assert info.value.problems == [
+        f"{root / '.env'}:2: B: needs a shell to evaluate (expansion or command substitution)"
+    ]
+
+
+def test_path_defaults_resolve_against_root(tmp_path: Path) -> None:
+    s = Settings.load(tmp_path, environ={})
+    assert s.hosts_path == tmp_path.resolve() / "config" / "hosts.local.json"
+    assert s.known_hosts_path == tmp_path.resolve() / "config" / "ssh.known_hosts"
+    assert s.fleet_path == tmp_path.resolve() / "config" / "fleet.json"
+    assert s.launch_config_path == tmp_path.resolve() / "config" / "engine-launch.local.json"
+    for name, default in PATH_DEFAULTS.items():
+        assert s.path(name) == tmp_path.resolve() / default
+
+
+def test_path_values_from_each_layer(tmp_path: Path) -> None:
+    root = checkout(
+        tmp_path,
+        dotenv="NARWHAL_HOSTS=private/hosts.json\nNARWHAL_FLEET=''\n",
+        deployment_env="NARWHAL_SSH_KNOWN_HOSTS=config/../trust/kh\n",
+    )
+    absolute = tmp_path / "elsewhere" / "fleet.json"
+    s = Settings.load(root, environ={"NARWHAL_LAUNCH_CONFIG": str(absolute)})
+    assert s.hosts_path == root.resolve() / "private" / "hosts.json"
+    assert s.known_hosts_path == root.resolve() / "trust" / "kh"
+    assert s.fleet_path == root.resolve() / "config" / "fleet.json"  # empty means the default
+    assert s.launch_config_path == absolute
+
+
+def test_relative_root_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "co").mkdir()
+    monkeypatch.chdir(tmp_path)
+    s = Settings.load("co", environ={"NARWHAL_HOSTS": "h.json"})
+    assert s.root == tmp_path.resolve() / "co"
+    assert s.hosts_path == tmp_path.resolve() / "co" / "h.json"
+
+
+def test_quoted_tilde_stays_literal_as_in_bash(tmp_path: Path) -> None:
+    root = checkout(tmp_path, dotenv="NARWHAL_HOSTS='~/hosts.json'\n")
+    assert Settings.load(root, environ={}).hosts_path == root.resolve() / "~" / "hosts.json"
+
+
+def test_unknown_path_variable_is_a_programming_error(tmp_path: Path) -> None:
+    with pytest.raises(KeyError):
+        Settings.load(tmp_path, environ={}).path("NARWHAL_NOT_A_PATH")
+
+
+def test_ssh_config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert Settings.load(tmp_path, environ={}).ssh_config_path is None
+    default = tmp_path / "home" / ".ssh" / "config"
+    default.parent.mkdir(parents=True)
+    default.write_text("Host x\n")
+    assert Settings.load(tmp_path, environ={}).ssh_config_path == default
+    (tmp_path / "my_ssh_config").write_text("Host y\n")
+    s = Settings.load(tmp_path, environ={"NARWHAL_SSH_CONFIG": "my_ssh_config"})
+    assert s.ssh_config_path == tmp_path.resolve() / "my_ssh_config"
+    assert Settings.load(tmp_path, environ={"NARWHAL_SSH_CONFIG": "absent"}).ssh_config_path is None
