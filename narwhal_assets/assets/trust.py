@@ -21,11 +21,14 @@ def ssh_known_hosts(narwhal: NarwhalSettings, ssh: SshSettings) -> dg.Materializ
     """Connect once to every host (accept-new): unknown keys are recorded, changed keys refused."""
     settings = narwhal.load()
     inventory = current_inventory(settings)
-    connector = make_connector(settings, TrustMode.ACCEPT_NEW, ssh.connect_timeout_s, ssh.command_timeout_s)
+    connector = make_connector(
+        settings, TrustMode.ACCEPT_NEW, ssh.connect_timeout_s, ssh.command_timeout_s, staged=True
+    )
     results = connector.map_hosts(host_accesses(settings, inventory.hosts), _enrolment)
     failures = [str(r) for r in results.values() if isinstance(r, NarwhalError)]
     if failures:
         raise NarwhalError("\n".join(failures))
+    connector.store.commit()
     path = connector.store.path
     return dg.MaterializeResult(
         metadata={

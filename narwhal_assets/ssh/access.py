@@ -49,10 +49,15 @@ def make_connector(
     mode: TrustMode,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    *,
+    staged: bool = False,
 ) -> Connector:
-    """A connector bound to this checkout's trust store and the operator's ssh config."""
+    """A connector bound to this checkout's trust store and the operator's ssh config.
+
+    `staged` keeps accept-new enrolments in memory until `connector.store.commit()`.
+    """
     return Connector(
-        store=KnownHostsStore(settings.known_hosts_path),
+        store=KnownHostsStore(settings.known_hosts_path, staged=staged),
         mode=mode,
         ssh_config=settings.ssh_config_path,
         connect_timeout=connect_timeout,

@@ -112,10 +112,16 @@ def _parse_line(text: str) -> _Line:
 
 
 class KnownHostsStore:
-    """One OpenSSH known-hosts file, read fresh on every check so concurrent writers are seen."""
+    """One OpenSSH known-hosts file, read fresh on every check so concurrent writers are seen.
 
-    def __init__(self, path: Path) -> None:
+    A `staged` store keeps accept-new enrolments in memory until `commit()`, so a discovery that fails
+    on any host leaves the file untouched.
+    """
+
+    def __init__(self, path: Path, *, staged: bool = False) -> None:
         self.path = path
+        self.staged = staged
+        self._pending: list[tuple[str, str, int, HostKey]] = []
 
     def keys_for(self, host: str, port: int) -> list[HostKey]:
         """Recorded keys for this host (plain or hashed names); a `@revoked` key counts as changed."""
@@ -138,6 +144,28 @@ class KnownHostsStore:
                 f"host {host_id} ({host_pattern(host, port)}): host key {presented.fingerprint} is not in "
                 f"{self.path}; run `deploy-hosts discover` to enrol it (accept-new), then retry"
             )
+        if self.staged:
+            return self._stage(host_id, host, port, presented)
+        return self._enrol(host_id, host, port, presented)
+
+    def commit(self) -> list[str]:
+        """Append every staged enrolment (re-checked under the lock); returns the fingerprints added."""
+        added = []
+        for host_id, host, port, key in self._pending:
+            if self._enrol(host_id, host, port, key).outcome == "added":
+                added.append(key.fingerprint)
+        self._pending.clear()
+        return added
+
+    def _stage(self, host_id: str, host: str, port: int, presented: HostKey) -> Verdict:
+        staged = [key for _, h, p, key in self._pending if (h, p) == (host, port)]
+        if staged and presented not in staged:
+            raise self._changed(host_id, host, port, staged, presented)
+        if not staged:
+            self._pending.append((host_id, host, port, presented))
+        return Verdict("added", presented.fingerprint)
+
+    def _enrol(self, host_id: str, host: str, port: int, presented: HostKey) -> Verdict:
         with self._locked():
             recorded = self.keys_for(host, port)
             if presented in recorded:
