@@ -1,0 +1,1 @@
+"""Standalone, standard-library-only programs copied to engine hosts as `runs/deployment-tools/` snapshots."""
