@@ -1,0 +1,423 @@
+"""SSH transport and checkout-local trust store against real sshd hosts (issue: SSH and trust).
+
+Layout of the shared fleet: h1 (router + engine-1, key auth), h2 (engine-2, password auth), h3 (engine-3,
+reachable only through h1 by ProxyJump), h4..h6 (engines 4..6, key auth). Tests that break a host
+(rotate its key, stop it, cut its link) use their own small fleet or restore the host before returning.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+import pexpect
+import pytest
+
+from narwhal_assets.cli import main
+from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.settings import Settings
+from narwhal_assets.fleetsim import SimFleet
+from narwhal_assets.inventory_file import current_inventory
+from narwhal_assets.runner import materialize_selection
+from narwhal_assets.ssh.access import host_accesses, make_connector
+from narwhal_assets.ssh.destination import resolve_endpoint
+from narwhal_assets.ssh.openssh import openssh_command
+from narwhal_assets.ssh.transport import SshFailure
+from narwhal_assets.ssh.trust import KnownHostsStore, TrustMode
+
+PASSWORD = "pw-SENTINEL-7f3a9c"
+ROLES = {"router": "h1", "engine-1": "h1", "engine-2": "h2", "engine-3": "h3", "engine-4": "h4",
+         "engine-5": "h5", "engine-6": "h6"}  # fmt: skip
+HOST_IDS = {"h1": "node-1", "h2": "node-2", "h3": "node-3", "h4": "node-4", "h5": "node-5", "h6": "node-6"}
+
+
+@pytest.fixture(scope="module")
+def fleet(sim_fleet_factory: Callable[..., SimFleet]) -> SimFleet:
+    fleet = sim_fleet_factory()
+    fleet.add_host("h1")
+    fleet.add_host("h2", password=PASSWORD)
+    fleet.add_host("h3", via="h1")
+    for name in ("h4", "h5", "h6"):
+        fleet.add_host(name)
+    fleet.start()
+    return fleet
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("NARWHAL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+
+
+def make_checkout(root: Path, fleet: SimFleet, roles: dict[str, str] = ROLES) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / ".env").write_text("\n".join(fleet.env_lines(roles)) + "\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, fleet: SimFleet) -> Path:
+    return make_checkout(tmp_path / "checkout", fleet)
+
+
+def cli(root: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["--root", str(root), *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def enrol(root: Path) -> dg.ExecuteInProcessResult:
+    with dg.instance_for_test() as instance:
+        return materialize_selection(["host_inventory", "ssh_known_hosts"], instance, root)
+
+
+def store_of(root: Path) -> KnownHostsStore:
+    return KnownHostsStore(root / "config" / "ssh.known_hosts")
+
+
+def recorded(root: Path, fleet: SimFleet, name: str) -> set[str]:
+    host = fleet.host(name)
+    return set(store_of(root).fingerprints(host.address, host.port))
+
+
+def test_first_contact_records_keys_then_strict_access_passes(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = enrol(checkout)
+    metadata = result.asset_materializations_for_node("ssh_known_hosts")[0].metadata
+    fingerprints = metadata["fingerprints"].value
+    for name, host_id in HOST_IDS.items():
+        served = set(fleet.host(name).host_key_fingerprints().values())
+        assert recorded(checkout, fleet, name) <= served and recorded(checkout, fleet, name)
+        assert fingerprints[host_id]["fingerprint"] in served
+        assert fingerprints[host_id]["outcome"] == "added"
+    assert oct((checkout / "config" / "ssh.known_hosts").stat().st_mode & 0o777) == "0o600"
+
+    rc, out, err = cli(checkout, "check-access", capsys=capsys)
+    assert rc == 0, err
+    for name, host_id in HOST_IDS.items():
+        line = next(line for line in out.splitlines() if f" {host_id} " in line)
+        assert "hostname=" in line and "key=SHA256:" in line
+        assert line.split("key=")[1] in fleet.host(name).host_key_fingerprints().values()
+
+    again = enrol(checkout).asset_materializations_for_node("ssh_known_hosts")[0].metadata
+    assert {v["outcome"] for v in again["fingerprints"].value.values()} == {"known"}
+
+
+def test_unknown_host_is_refused_in_strict_mode(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, err = cli(checkout, "check-access", "--host", "node-4", capsys=capsys)
+    assert rc == 1
+    assert "host node-4" in err and "is not in" in err and "deploy-hosts discover" in err
+    assert not (checkout / "config" / "ssh.known_hosts").exists()
+
+
+def test_rotated_key_is_refused_in_both_modes_and_trust_replaces_only_that_entry(
+    tmp_path: Path, sim_fleet_factory: Callable[..., SimFleet], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet = sim_fleet_factory()
+    fleet.add_host("h1")
+    fleet.add_host("h2")
+    fleet.start()
+    root = make_checkout(tmp_path / "rot", fleet, {"engine-1": "h1", "engine-2": "h2"})
+    enrol(root)
+    store_path = root / "config" / "ssh.known_hosts"
+    before = store_path.read_bytes()
+    old = recorded(root, fleet, "h1")
+    fleet.rotate_host_key("h1")
+    new = set(fleet.host("h1").host_key_fingerprints().values())
+    assert not old & new
+
+    with pytest.raises(NarwhalError) as changed:
+        enrol(root)
+    message = str(changed.value)
+    assert "host node-1" in message and "HOST KEY CHANGED" in message
+    assert any(fp in message for fp in old) and any(fp in message for fp in new)
+    assert "deploy-hosts trust --host node-1 --fingerprint SHA256:" in message
+    assert store_path.read_bytes() == before
+
+    rc, out, err = cli(root, "check-access", capsys=capsys)
+    assert rc == 1 and "HOST KEY CHANGED" in err and "node-1" not in out
+    assert store_path.read_bytes() == before
+
+    wrong = next(iter(old))
+    rc, _, err = cli(root, "trust", "--host", "node-1", "--fingerprint", wrong, capsys=capsys)
+    assert rc == 1 and "does not match the verified fingerprint" in err
+    assert store_path.read_bytes() == before
+
+    presented = message.split("the server presented ")[1].split()[1].rstrip(".")
+    rc, _, err = cli(root, "trust", "--host", "node-1", "--fingerprint", presented, capsys=capsys)
+    assert rc == 0, err
+    after = store_path.read_text()
+    h2_lines = [line for line in before.decode().splitlines() if line.startswith(fleet.host("h2").address + " ")]
+    assert h2_lines and all(line in after.splitlines() for line in h2_lines)
+    assert recorded(root, fleet, "h1") == {presented}
+    rc, _, err = cli(root, "check-access", capsys=capsys)
+    assert rc == 0, err
+
+
+ENROL_SCRIPT = """
+import sys
+from pathlib import Path
+from narwhal_assets.core.settings import Settings
+from narwhal_assets.inventory_file import current_inventory
+from narwhal_assets.ssh.access import host_accesses, make_connector
+from narwhal_assets.ssh.trust import TrustMode
+root, hosts = Path(sys.argv[1]), sys.argv[2].split(",")
+settings = Settings.load(root)
+entries = [e for e in current_inventory(settings).hosts if e.id in hosts]
+connector = make_connector(settings, TrustMode.ACCEPT_NEW)
+results = connector.map_hosts(host_accesses(settings, entries), lambda c: c.verdict.outcome)
+bad = {h: str(r) for h, r in results.items() if not isinstance(r, str)}
+sys.exit(f"failed: {bad}" if bad else 0)
+"""
+
+
+def test_two_processes_enrolling_at_once_lose_no_entry(tmp_path: Path, fleet: SimFleet) -> None:
+    for round_number in range(3):
+        root = make_checkout(tmp_path / f"round{round_number}", fleet)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
+        procs = [
+            subprocess.Popen([sys.executable, "-c", ENROL_SCRIPT, str(root), hosts], env=env, stderr=subprocess.PIPE)
+            for hosts in ("node-1,node-4,node-5", "node-2,node-6,node-3")
+        ]
+        for proc in procs:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err.decode()
+        for name in HOST_IDS:
+            assert len(recorded(root, fleet, name)) == 1, f"round {round_number}: {name} lost"
+        lines = [line for line in (root / "config" / "ssh.known_hosts").read_text().splitlines() if line]
+        assert len(lines) == len(HOST_IDS)
+
+
+def openssh_strict(fleet: SimFleet, store: Path, name: str) -> subprocess.CompletedProcess[str]:
+    argv = ["ssh", "-F", str(fleet.ssh_config_path), "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={store}", "-o", "GlobalKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=5", name, "echo ok"]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+
+
+def test_openssh_accepts_our_entries_including_proxyjump(checkout: Path, fleet: SimFleet) -> None:
+    enrol(checkout)
+    store = checkout / "config" / "ssh.known_hosts"
+    for name in ("h1", "h4"):
+        done = openssh_strict(fleet, store, name)
+        assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    settings = Settings.load(checkout)
+    endpoint = resolve_endpoint("h3", settings.ssh_config_path)
+    command = openssh_command(endpoint, store, settings.ssh_config_path, remote_command="echo via-$USER")
+    argv = [a for a in command.argv if a != "-t"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == f"via-{fleet.host('h3').user}", done.stderr
+
+
+def test_openssh_strict_refuses_a_store_without_the_host(checkout: Path, fleet: SimFleet) -> None:
+    store = checkout / "empty_known_hosts"
+    store.write_text("")
+    done = openssh_strict(fleet, store, "h4")
+    assert done.returncode != 0 and "Host key verification failed" in done.stderr
+
+
+def test_we_honour_hashed_and_bracketed_entries_written_by_openssh(
+    tmp_path: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "openssh_known_hosts"
+    local_port = free_port()
+    forward = subprocess.Popen(
+        ["ssh", "-F", str(fleet.ssh_config_path), "-o", f"UserKnownHostsFile={store}", "-o",
+         "StrictHostKeyChecking=accept-new", "-o", "GlobalKnownHostsFile=/dev/null", "-o", "HashKnownHosts=yes",
+         "-o", "BatchMode=yes", "-N", "-L", f"127.0.0.1:{local_port}:{fleet.host('h4').fabric_address}:22", "h1"]
+    )  # fmt: skip
+    try:
+        wait_port(local_port)
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            f"Include {fleet.ssh_config_path}\nHost h4-tunnel\n  HostName 127.0.0.1\n  Port {local_port}\n"
+            f"  User {fleet.host('h4').user}\n  IdentityFile {fleet.client_key_path}\n  IdentitiesOnly yes\n"
+        )
+        opened = subprocess.run(
+            ["ssh", "-F", str(config), "-o", f"UserKnownHostsFile={store}", "-o", "StrictHostKeyChecking=accept-new",
+             "-o", "GlobalKnownHostsFile=/dev/null", "-o", "HashKnownHosts=yes", "-o", "BatchMode=yes",
+             "h4-tunnel", "true"], capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+        assert opened.returncode == 0, opened.stderr
+        text = store.read_text()
+        assert text.count("|1|") >= 2 and str(local_port) not in text and "127.0.0.1" not in text
+        root = tmp_path / "hashed"
+        root.mkdir()
+        (root / ".env").write_text(
+            f"NARWHAL_NODE_1_SSH=h1\nNARWHAL_NODE_4_SSH=h4-tunnel\nNARWHAL_SSH_CONFIG={config}\n"
+            f"NARWHAL_SSH_KNOWN_HOSTS={store}\n"
+        )
+        before = store.read_bytes()
+        rc, out, err = cli(root, "check-access", capsys=capsys)
+        assert rc == 0, err
+        assert "node-4" in out and "node-1" in out
+        assert store.read_bytes() == before
+    finally:
+        forward.terminate()
+        forward.wait(timeout=10)
+
+
+def test_password_auth_keeps_the_password_out_of_argv_environ_and_logs(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = enrol(checkout)
+    settings = Settings.load(checkout)
+    entry = current_inventory(settings).host("node-2")
+    assert entry.password_env == "NARWHAL_NODE_2_SSH_PASSWORD"
+    connector = make_connector(settings, TrustMode.STRICT)
+    with connector.connect(host_accesses(settings, [entry])[0]) as connection:
+        assert connection.run("echo $USER").text().strip() == fleet.host("h2").user
+        long_running = connection.run("sleep 0.5; echo done")
+        assert long_running.rc == 0
+        assert PASSWORD not in repr(connection.access)
+    assert_nowhere(PASSWORD, [checkout], dagster_home=Path(os.environ["DAGSTER_HOME"]))
+    assert result.success
+
+
+def assert_nowhere(secret: str, roots: list[Path], dagster_home: Path | None = None) -> None:
+    """The secret is in no process's argv or environment and in no file under `roots` (but .env)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        for name in ("cmdline", "environ"):
+            try:
+                data = (proc / name).read_bytes()
+            except OSError:
+                continue
+            assert secret.encode() not in data, f"secret in /proc/{proc.name}/{name}"
+    for root in [*roots, *([dagster_home] if dagster_home else [])]:
+        for path in root.rglob("*"):
+            if path.is_file() and path.name != ".env":
+                assert secret.encode() not in path.read_bytes(), f"secret in {path}"
+
+
+def test_proxyjump_reaches_a_host_only_through_its_bastion(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(OSError):
+        socket.create_connection((fleet.host("h3").address, 22), timeout=2).close()
+    enrol(checkout)
+    rc, out, err = cli(checkout, "check-access", "--role", "engine-3", capsys=capsys)
+    assert rc == 0, err
+    assert "node-3" in out and "node-1" not in out
+
+
+def test_stopped_host_and_cut_link_fail_clearly_and_bounded_while_others_succeed(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    enrol(checkout)
+    fleet.stop_host("h5")
+    fleet.cut_link("h6")
+    try:
+        started = time.monotonic()
+        rc, out, err = cli(checkout, "check-access", "--timeout", "3", capsys=capsys)
+        elapsed = time.monotonic() - started
+    finally:
+        fleet.start_host("h5")
+        fleet.restore_link("h6")
+    assert rc == 1
+    assert "node-5" in err and "connection refused" in err
+    assert "node-6" in err and "timed out" in err
+    for host_id in ("node-1", "node-2", "node-3", "node-4"):
+        assert any(line.startswith("ok") and f" {host_id} " in line for line in out.splitlines())
+    assert elapsed < 20, f"check-access took {elapsed:.1f}s with a 3 s timeout"
+
+
+def test_a_killed_sshd_mid_command_is_a_bounded_error(
+    tmp_path: Path, sim_fleet_factory: Callable[..., SimFleet]
+) -> None:
+    fleet = sim_fleet_factory()
+    fleet.add_host("h1")
+    fleet.add_host("h2")
+    fleet.start()
+    root = make_checkout(tmp_path / "kill", fleet, {"engine-1": "h1", "engine-2": "h2"})
+    enrol(root)
+    settings = Settings.load(root)
+    entry = current_inventory(settings).host("node-1")
+    connector = make_connector(settings, TrustMode.STRICT, command_timeout=20)
+    with connector.connect(host_accesses(settings, [entry])[0]) as connection:
+        started = time.monotonic()
+        threading.Timer(1.0, fleet.kill_sshd, args=("h1",)).start()
+        with pytest.raises(SshFailure) as failure:
+            connection.run("sleep 60")
+        assert time.monotonic() - started < 20
+    assert "host node-1" in str(failure.value)
+
+
+def test_shell_for_a_password_host_opens_an_interactive_session(checkout: Path, fleet: SimFleet) -> None:
+    enrol(checkout)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
+    env["PS1"] = "$ "
+    child = pexpect.spawn(
+        sys.executable, ["-m", "narwhal_assets", "--root", str(checkout), "shell", "--role", "engine-2"],
+        env=env, encoding="utf-8", timeout=20,
+    )  # fmt: skip
+    try:
+        child.sendline("echo marker-$USER-$((6*7))")
+        child.expect(f"marker-{fleet.host('h2').user}-42")
+        assert_nowhere(PASSWORD, [checkout])
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
+def test_tunnel_forwards_a_local_port_to_the_role_host(checkout: Path, fleet: SimFleet) -> None:
+    enrol(checkout)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "narwhal_assets", "--root", str(checkout), "tunnel", "--role", "engine-4",
+         "--forward", f"{port}:22"], env=env, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        wait_port(port)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            assert sock.recv(64).startswith(b"SSH-2.0-OpenSSH")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_changed_key_on_a_bastion_refuses_the_host_behind_it(
+    tmp_path: Path, sim_fleet_factory: Callable[..., SimFleet], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet = sim_fleet_factory()
+    fleet.add_host("h1")
+    fleet.add_host("h2", via="h1")
+    fleet.start()
+    root = make_checkout(tmp_path / "bastion", fleet, {"engine-1": "h1", "engine-2": "h2"})
+    enrol(root)
+    fleet.rotate_host_key("h1")
+    rc, _, err = cli(root, "check-access", "--host", "node-2", capsys=capsys)
+    assert rc == 1 and "HOST KEY CHANGED" in err and fleet.host("h1").address in err
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_port(port: int, limit: float = 15) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"port {port} did not open")
