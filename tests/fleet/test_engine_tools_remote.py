@@ -1,0 +1,131 @@
+"""The standalone engine-host tools run on a real test host over SSH, fed by a real discovery.
+
+`launch_engine.py check` must pass on the approved host and refuse a changed model `config.json` and a
+tampered launcher snapshot; `start` must hand the planned command to (the host's fake) docker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from narwhal_assets.cli import main
+from narwhal_assets.core.envfile import render_exports
+from narwhal_assets.core.jsonfile import load_json_model, render_json
+from narwhal_assets.core.launch import engine_launch_file
+from narwhal_assets.core.launch_models import EngineLaunchConfig
+from narwhal_assets.core.settings import Settings
+from narwhal_assets.fleetsim import SimFleet
+from narwhal_assets.inventory_file import current_inventory
+from narwhal_assets.ssh.access import host_accesses, make_connector
+from narwhal_assets.ssh.transport import HostConnection
+from narwhal_assets.ssh.trust import TrustMode
+
+MODEL = "tiny"
+CONFIG = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 4096}
+TOOLS = "tools"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("NARWHAL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+
+
+@pytest.fixture
+def discovered(tmp_path: Path, sim_fleet_factory: Callable[..., SimFleet]) -> tuple[SimFleet, Path]:
+    fleet = sim_fleet_factory()
+    fleet.add_host("h1")
+    fleet.add_host("h2")
+    fleet.start()
+    fleet.write_model(MODEL, {"weights.bin": b"\x01" * 4096}, CONFIG)
+    root = tmp_path / "checkout"
+    root.mkdir()
+    lines = fleet.env_lines({"router": "h1", "engine-1": "h1", "engine-2": "h2"})
+    lines += [f"NARWHAL_ENGINE_IMAGE={fleet.host('h1').image_ref}", "NARWHAL_ENGINE_MODEL_NAME=tiny",
+              f"NARWHAL_MODEL_DIR=/srv/models/{MODEL}", "NARWHAL_RUN_DIR=/var/tmp/narwhal-run",
+              "NARWHAL_FABRIC_INTERFACE=fab0"]  # fmt: skip
+    (root / ".env").write_text("\n".join(lines) + "\n")
+    assert main(["--root", str(root), "discover"]) == 0
+    return fleet, root
+
+
+def launcher_source() -> bytes:
+    return resources.files("narwhal_assets.tools").joinpath("launch_engine.py").read_bytes()
+
+
+def install_launcher(connection: HostConnection, root: Path, source: bytes) -> str:
+    """Put the launcher snapshot, the per-engine launch file and a role file on the host, as install will."""
+    settings = Settings.load(root)
+    config = load_json_model(settings.launch_config_path, EngineLaunchConfig)
+    launch_file = engine_launch_file(config, 1, "prefill")
+    connection.run(f"mkdir -p -m 0700 {TOOLS}")
+    connection.put(source, f"{TOOLS}/launch_engine.py")
+    connection.put(render_json(launch_file).encode(), f"{TOOLS}/engine-launch.engine-1.json")
+    role = {
+        "NARWHAL_ENGINE_IMAGE": settings.get("NARWHAL_NODE_1_ENGINE_IMAGE") or "",
+        "NARWHAL_MODEL_DIR": f"/srv/models/{MODEL}",
+        "NARWHAL_MODEL_CONFIG_SHA256": settings.get("NARWHAL_NODE_1_MODEL_CONFIG_SHA256") or "",
+        "NARWHAL_ENGINE_LAUNCHER_SHA256": hashlib.sha256(launcher_source()).hexdigest(),
+        "NARWHAL_ENGINE_LAUNCH_CONFIG": f"{TOOLS}/engine-launch.engine-1.json",
+        "NARWHAL_RUN_DIR": "/var/tmp/narwhal-run",
+    }
+    connection.put(render_exports(role).encode(), f"{TOOLS}/.env.engine-1")
+    return f"set -a; . {TOOLS}/.env.engine-1; set +a; python3 {TOOLS}/launch_engine.py"
+
+
+def connect_engine_1(root: Path) -> HostConnection:
+    settings = Settings.load(root)
+    entry = current_inventory(settings).host_for_role("engine-1")
+    return make_connector(settings, TrustMode.STRICT).connect(host_accesses(settings, [entry])[0])
+
+
+def test_check_passes_on_the_approved_host_and_start_runs_the_planned_container(
+    discovered: tuple[SimFleet, Path],
+) -> None:
+    fleet, root = discovered
+    with connect_engine_1(root) as connection:
+        launcher = install_launcher(connection, root, launcher_source())
+        checked = connection.run(f"{launcher} check")
+        assert checked.rc == 0, checked.text() + checked.stderr.decode()
+        planned = json.loads(connection.run(f"{launcher} plan").text())
+        started = connection.run(f"{launcher} start")
+        assert started.rc == 0, started.stderr.decode()
+        runs = [json.loads(line) for line in connection.run("cat ~/.fake-docker-runs.jsonl").text().splitlines()]
+    image = fleet.host("h1").image_id
+    assert image in planned["argv"] and "serve" in planned["argv"]
+    assert "--max-num-seqs" in planned["argv"] and "--kv-transfer-config" in planned["argv"]
+    assert len(runs) == 1 and runs[0] == planned["argv"][1:]  # docker's argv as planned, without "docker"
+
+
+def test_check_refuses_a_changed_model_config(discovered: tuple[SimFleet, Path]) -> None:
+    fleet, root = discovered
+    config_path = fleet.model_path("h1", MODEL) / "config.json"
+    config_path.write_text(json.dumps({**CONFIG, "max_position_embeddings": 8192}))
+    with connect_engine_1(root) as connection:
+        launcher = install_launcher(connection, root, launcher_source())
+        checked = connection.run(f"{launcher} check")
+    output = checked.text() + checked.stderr.decode()
+    assert checked.rc != 0
+    assert "model config" in output and "NARWHAL_MODEL_CONFIG_SHA256" in output
+
+
+def test_check_refuses_a_tampered_launcher_snapshot(discovered: tuple[SimFleet, Path]) -> None:
+    _, root = discovered
+    tampered = launcher_source() + b"\n# tampered\n"
+    with connect_engine_1(root) as connection:
+        launcher = install_launcher(connection, root, tampered)
+        checked = connection.run(f"{launcher} check")
+        started = connection.run(f"{launcher} start")
+        docker_runs = connection.run("cat ~/.fake-docker-runs.jsonl 2>/dev/null | wc -l").text().strip()
+    output = checked.text() + checked.stderr.decode()
+    assert checked.rc != 0 and "launcher" in output and "NARWHAL_ENGINE_LAUNCHER_SHA256" in output
+    assert started.rc != 0 and docker_runs == "0"
