@@ -16,13 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from narwhal_assets.core.deployment_env import build_deployment_env, render_deployment_env
 from narwhal_assets.core.digests import compare_replicas
 from narwhal_assets.core.errors import InputError, NarwhalError, raise_if
 from narwhal_assets.core.fleet import Fleet, build_fleet
 from narwhal_assets.core.inventory import HostEntry, Inventory, engine_number
+from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config, launch_sources
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.policy import resolve_engine_field
@@ -76,9 +75,9 @@ class GeneratedConfig:
     def files(self, settings: Settings) -> dict[Path, str]:
         return {
             settings.root / DEPLOYMENT_ENV: render_deployment_env(self.deployment_env),
-            settings.launch_config_path: _json(self.launch),
-            settings.path("NARWHAL_LAUNCH_SOURCES"): _json(launch_sources(self.launch)),
-            settings.fleet_path: _json(self.fleet),
+            settings.launch_config_path: render_json(self.launch),
+            settings.path("NARWHAL_LAUNCH_SOURCES"): render_json(launch_sources(self.launch)),
+            settings.fleet_path: render_json(self.fleet),
         }
 
 
@@ -167,10 +166,10 @@ def inspect_hosts(
             continue
         observation, digests = outcome
         run.observations[host_id] = observation
-        write_private(run.run_dir / f"{host_id}.json", _json(observation))
+        write_private(run.run_dir / f"{host_id}.json", render_json(observation))
         for engine, digest in digests.items():
             run.checkpoints[engine] = digest
-            write_private(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), _json(digest))
+            write_private(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), render_json(digest))
     raise_if(problems)
     compare_replicas(run.checkpoints)
     return run
@@ -214,6 +213,19 @@ def publish_config(settings: Settings, run: DiscoveryRun, files: Mapping[Path, s
     return digests
 
 
+def generated_paths(settings: Settings) -> list[Path]:
+    """Every private file and directory discovery generates in the checkout."""
+    return [
+        settings.hosts_path,
+        settings.known_hosts_path,
+        settings.root / DEPLOYMENT_ENV,
+        settings.launch_config_path,
+        settings.path("NARWHAL_LAUNCH_SOURCES"),
+        settings.fleet_path,
+        settings.path("NARWHAL_DISCOVERY_DIR"),
+    ]
+
+
 def _required(settings: Settings, n: int, name: str) -> str:
     resolved = resolve_engine_field(settings, n, name)
     if not resolved.value:
@@ -232,7 +244,3 @@ def _first_line(data: bytes) -> str:
 
 def _relative(settings: Settings, path: Path) -> str:
     return str(path.relative_to(settings.root)) if path.is_relative_to(settings.root) else str(path)
-
-
-def _json(model: BaseModel) -> str:
-    return model.model_dump_json(by_alias=True, indent=2) + "\n"

@@ -119,7 +119,7 @@ def host_discovery(
 def discovered_config(context: dg.AssetExecutionContext, narwhal: NarwhalSettings) -> Iterator[dg.MaterializeResult]:
     """Build the set from the latest observations and replace the files together (old set archived)."""
     settings = operator_settings(narwhal.load())
-    run = DiscoveryRun.load(_latest_run_dir(context))
+    run = DiscoveryRun.load(latest_run_dir(context.instance))
     inventory = current_inventory(settings)
     generated = generate_config(settings, inventory, run)
     digests = publish_config(settings, run, generated.files(settings))
@@ -168,8 +168,9 @@ def profiling_limits(narwhal: NarwhalSettings) -> dg.MaterializeResult:
     )
 
 
-def _latest_run_dir(context: dg.AssetExecutionContext) -> Path:
-    event = context.instance.get_latest_materialization_event(OBSERVATIONS)
+def latest_run_dir(instance: dg.DagsterInstance) -> Path:
+    """The run directory recorded by the latest `host_observations` materialization (its lineage)."""
+    event = instance.get_latest_materialization_event(OBSERVATIONS)
     metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
     if "run_dir" not in metadata:
         raise NarwhalError("host_observations has never been materialized; run `deploy-hosts discover`")
