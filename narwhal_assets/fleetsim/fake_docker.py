@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""Fake `docker` installed as /usr/local/bin/docker on one simulated host.
+
+`hardware.render_tool` copies this file into the host's private bin directory with CONFIG replaced by
+that host's images. `image inspect` prints what the real CLI prints (the shape of Docker 28 output,
+including the `[]` plus daemon error for a missing image); `run` records its argv as one JSON line in
+`~/.fake-docker-runs.jsonl` so launcher tests can read what would have been started.
+Standard library only: it runs under the host's system python3, not the workstation virtualenv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import time
+from typing import Any
+
+CONFIG: dict[str, Any] = {"images": []}  # fleetsim: host config
+
+VERSION_LINE = "Docker version 28.2.2, build e6534b4"
+NO_SUCH_IMAGE = "Error response from daemon: No such image: {ref}"
+RUNS_FILE = ".fake-docker-runs.jsonl"
+_FIELD_TEMPLATE = re.compile(r"\{\{\s*(json\s+)?\.([A-Za-z]*)\s*\}\}")
+_INDEX_TEMPLATE = re.compile(r"\{\{\s*index\s+\.([A-Za-z]+)\s+([0-9]+)\s*\}\}")
+
+Result = tuple[int, str, str]
+
+
+def familiar(ref: str) -> str:
+    """The daemon names a tagless, digestless reference `name:latest` in its errors, as docker does."""
+    if ref.startswith("sha256:") or "@" in ref or re.fullmatch(r"[0-9a-f]{12,64}", ref):
+        return ref
+    return ref if ":" in ref.rsplit("/", 1)[-1] else ref + ":latest"
+
+
+def find_image(ref: str) -> dict[str, Any] | None:
+    """Match by full id, hex id prefix, tag (with implied :latest) or repo digest."""
+    for image in CONFIG["images"]:
+        hex_id = image["Id"].removeprefix("sha256:")
+        if ref == image["Id"] or (len(ref) >= 12 and hex_id.startswith(ref)):
+            return image
+        if familiar(ref) in image["RepoTags"] or ref in image["RepoDigests"]:
+            return image
+    return None
+
+
+def _go_text(value: Any) -> str:
+    """Go's text/template rendering of a plain value: strings raw, lists as [a b]."""
+    if isinstance(value, list):
+        return "[" + " ".join(_go_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return "<nil>" if value is None else str(value)
+
+
+def render_format(template: str, image: dict[str, Any]) -> str | None:
+    """The few Go templates callers use: {{json .}}, {{.Field}}, {{json .Field}}, {{index .Field N}}."""
+    match = _FIELD_TEMPLATE.fullmatch(template.strip())
+    if match:
+        value = image if not match.group(2) else image.get(match.group(2))
+        if match.group(1):
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return _go_text(value) if match.group(2) else None
+    match = _INDEX_TEMPLATE.fullmatch(template.strip())
+    if match and int(match.group(2)) < len(image.get(match.group(1)) or []):
+        return _go_text(image[match.group(1)][int(match.group(2))])
+    return None
+
+
+def _split_format(args: list[str]) -> tuple[str | None, list[str]]:
+    fmt, refs, i = None, [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-f", "--format") and i + 1 < len(args):
+            fmt, i = args[i + 1], i + 2
+            continue
+        if arg.startswith("--format="):
+            fmt = arg.split("=", 1)[1]
+        elif arg not in ("--type=image",):
+            refs.append(arg)
+        i += 1
+    return fmt, refs
+
+
+def image_inspect(args: list[str]) -> Result:
+    """`docker image inspect [-f FMT] REF...`: an indented JSON array, or one formatted line per image."""
+    fmt, refs = _split_format(args)
+    if not refs:
+        return 1, "", '"docker image inspect" requires at least 1 argument.\n'
+    found = [(ref, find_image(ref)) for ref in refs]
+    images = [image for _, image in found if image is not None]
+    err = "".join(NO_SUCH_IMAGE.format(ref=familiar(ref)) + "\n" for ref, image in found if image is None)
+    status = 1 if err else 0
+    if fmt is None:
+        return status, json.dumps(images, indent=4, ensure_ascii=False) + "\n", err
+    lines = [render_format(fmt, image) for image in images]
+    if any(line is None for line in lines):
+        return 1, "", f"template: :1: unsupported by fleetsim fake docker: {fmt}\n"
+    return status, "".join(f"{line}\n" for line in lines), err
+
+
+def record_run(args: list[str]) -> Result:
+    """`docker run ...`: append argv to ~/.fake-docker-runs.jsonl; print a container id when detached."""
+    line = json.dumps(["run", *args], ensure_ascii=False)
+    path = os.path.join(os.path.expanduser("~"), RUNS_FILE)
+    with open(path, "a", encoding="utf-8") as runs:
+        runs.write(line + "\n")
+    detached = any(a in ("-d", "--detach") for a in args)
+    container = hashlib.sha256(f"{line}{time.time_ns()}".encode()).hexdigest()
+    return 0, container + "\n" if detached else "", ""
+
+
+def main(argv: list[str]) -> Result:
+    """Exit status, stdout and stderr for one invocation (kept pure-ish so unit tests can call it)."""
+    if argv in (["--version"], ["-v"]):
+        return 0, VERSION_LINE + "\n", ""
+    if argv[:2] == ["image", "inspect"]:
+        return image_inspect(argv[2:])
+    if argv[:1] == ["inspect"]:
+        return image_inspect(argv[1:])
+    if argv[:1] == ["run"]:
+        return record_run(argv[1:])
+    command = argv[0] if argv else ""
+    return 1, "", f"docker: unknown command: docker {command}\n\nRun 'docker --help' for more information\n"
+
+
+if __name__ == "__main__":
+    status, out, err = main(sys.argv[1:])
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    sys.exit(status)

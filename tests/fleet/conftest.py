@@ -1,0 +1,40 @@
+"""Fixtures for tests against simulated hosts (real sshd in network namespaces, see narwhal_assets.fleetsim)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from narwhal_assets.fleetsim import SimFleet
+from narwhal_assets.fleetsim.client import FleetSsh
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that builds a fleet is a `fleet` test, so the root conftest skips (or in CI fails) it."""
+    for item in items:
+        if "sim_fleet_factory" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.fleet)
+
+
+@pytest.fixture(scope="session")
+def sim_fleet_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., SimFleet]]:
+    """`sim_fleet_factory(prefix=None) -> SimFleet` under pytest's tmp dirs; all closed at session end."""
+    fleets: list[SimFleet] = []
+
+    def make(*, prefix: str | None = None) -> SimFleet:
+        workdir = tmp_path_factory.mktemp("fleet")
+        fleet = SimFleet(workdir, prefix=prefix)
+        fleets.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        fleet.close()
+
+
+@pytest.fixture
+def make_ssh(tmp_path: Path) -> Callable[[SimFleet], FleetSsh]:
+    """`make_ssh(fleet) -> FleetSsh` with its own empty known_hosts under this test's tmp_path."""
+    return lambda fleet: FleetSsh.create(fleet.ssh_config_path, tmp_path, fleet.prefix)
