@@ -8,7 +8,10 @@ ignored: trust always comes from the checkout-local store.
 from __future__ import annotations
 
 import getpass
+import glob
 import os
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +21,8 @@ from narwhal_assets.core.errors import InputError
 
 DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 MAX_JUMPS = 8
+MAX_INCLUDE_DEPTH = 16
+INCLUDE_RE = re.compile(r"^\s*Include\s+(.+?)\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -82,9 +87,31 @@ def _config(path: Path | None) -> paramiko.SSHConfig:
     if path is None:
         return paramiko.SSHConfig()
     try:
-        return paramiko.SSHConfig.from_path(str(path))
+        return paramiko.SSHConfig.from_text(_expand_includes(path, depth=0))
     except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
         raise InputError([f"ssh config {path}: cannot parse ({type(exc).__name__})"]) from None
+
+
+def _expand_includes(path: Path, depth: int) -> str:
+    """The config text with `Include` directives inlined (paramiko ignores them; OpenSSH follows them).
+
+    Relative patterns resolve against ~/.ssh as OpenSSH does for user configs; globs expand sorted.
+    """
+    if depth > MAX_INCLUDE_DEPTH:
+        raise InputError([f"ssh config {path}: Include nested deeper than {MAX_INCLUDE_DEPTH}"])
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        match = INCLUDE_RE.match(line)
+        if not match:
+            lines.append(line)
+            continue
+        for pattern in shlex.split(match.group(1)):
+            pattern = os.path.expanduser(pattern)
+            if not os.path.isabs(pattern):
+                pattern = os.path.join(os.path.expanduser("~/.ssh"), pattern)
+            for included in sorted(glob.glob(pattern)):
+                lines.append(_expand_includes(Path(included), depth + 1))
+    return "\n".join(lines) + "\n"
 
 
 def _port(text: str) -> int:

@@ -25,7 +25,7 @@ from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.settings import Settings
 from narwhal_assets.fleetsim import SimFleet
 from narwhal_assets.inventory_file import current_inventory
-from narwhal_assets.runner import materialize_selection
+from narwhal_assets.runner import materialize_selection, operator_instance
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.openssh import openssh_command
@@ -76,9 +76,12 @@ def cli(root: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int
     return rc, out, err
 
 
-def enrol(root: Path) -> dg.ExecuteInProcessResult:
-    with dg.instance_for_test() as instance:
-        return materialize_selection(["host_inventory", "ssh_known_hosts"], instance, root)
+def enrol(root: Path) -> dict[str, dict[str, str]]:
+    """Materialize the trust store alone (accept-new); returns its `fingerprints` metadata."""
+    with operator_instance(root) as instance:  # the persistent instance at DAGSTER_HOME (a tmp dir here)
+        result = materialize_selection(["host_inventory", "ssh_known_hosts"], instance, root)
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("ssh_known_hosts")]
+    return event.materialization.metadata["fingerprints"].value
 
 
 def store_of(root: Path) -> KnownHostsStore:
@@ -93,9 +96,7 @@ def recorded(root: Path, fleet: SimFleet, name: str) -> set[str]:
 def test_first_contact_records_keys_then_strict_access_passes(
     checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = enrol(checkout)
-    metadata = result.asset_materializations_for_node("ssh_known_hosts")[0].metadata
-    fingerprints = metadata["fingerprints"].value
+    fingerprints = enrol(checkout)
     for name, host_id in HOST_IDS.items():
         served = set(fleet.host(name).host_key_fingerprints().values())
         assert recorded(checkout, fleet, name) <= served and recorded(checkout, fleet, name)
@@ -110,8 +111,7 @@ def test_first_contact_records_keys_then_strict_access_passes(
         assert "hostname=" in line and "key=SHA256:" in line
         assert line.split("key=")[1] in fleet.host(name).host_key_fingerprints().values()
 
-    again = enrol(checkout).asset_materializations_for_node("ssh_known_hosts")[0].metadata
-    assert {v["outcome"] for v in again["fingerprints"].value.values()} == {"known"}
+    assert {v["outcome"] for v in enrol(checkout).values()} == {"known"}
 
 
 def test_unknown_host_is_refused_in_strict_mode(
@@ -272,7 +272,7 @@ def test_we_honour_hashed_and_bracketed_entries_written_by_openssh(
 def test_password_auth_keeps_the_password_out_of_argv_environ_and_logs(
     checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = enrol(checkout)
+    enrol(checkout)
     settings = Settings.load(checkout)
     entry = current_inventory(settings).host("node-2")
     assert entry.password_env == "NARWHAL_NODE_2_SSH_PASSWORD"
@@ -283,7 +283,6 @@ def test_password_auth_keeps_the_password_out_of_argv_environ_and_logs(
         assert long_running.rc == 0
         assert PASSWORD not in repr(connection.access)
     assert_nowhere(PASSWORD, [checkout], dagster_home=Path(os.environ["DAGSTER_HOME"]))
-    assert result.success
 
 
 def assert_nowhere(secret: str, roots: list[Path], dagster_home: Path | None = None) -> None:
