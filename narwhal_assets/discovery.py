@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config, launch_sources
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.policy import resolve_engine_field
+from narwhal_assets.core.profiling import ProfilingLimits, build_profiling_limits
 from narwhal_assets.core.settings import DEPLOYMENT_ENV, Layer, Settings
 from narwhal_assets.privatefiles import ensure_private_dir, sha256_file, write_private
 from narwhal_assets.remote import previous_hashes, probe_script
@@ -37,6 +37,7 @@ PROBE_TIMEOUT_S = 3600.0
 CHECKPOINT_FILE = "engine-{n}-checkpoint.json"
 ARCHIVE_DIR = "previous-config"
 MANIFEST = "manifest.json"
+PROFILING_LIMITS_FILE = "profiling-limits.json"
 
 
 @dataclass
@@ -71,6 +72,7 @@ class GeneratedConfig:
     deployment_env: dict[str, str]
     launch: EngineLaunchConfig
     fleet: Fleet
+    profiling: ProfilingLimits
 
     def files(self, settings: Settings) -> dict[Path, str]:
         return {
@@ -78,12 +80,30 @@ class GeneratedConfig:
             settings.launch_config_path: render_json(self.launch),
             settings.path("NARWHAL_LAUNCH_SOURCES"): render_json(launch_sources(self.launch)),
             settings.fleet_path: render_json(self.fleet),
+            profiling_limits_path(settings): render_json(self.profiling),
         }
 
 
+def profiling_limits_path(settings: Settings) -> Path:
+    """`profiling-limits.json` beside the fleet file."""
+    return settings.fleet_path.parent / PROFILING_LIMITS_FILE
+
+
 def operator_settings(settings: Settings) -> Settings:
-    """Settings without the discovered layer: discovery derives from `.env` and the hosts, not from itself."""
-    return Settings(settings.root, tuple((layer, v) for layer, v in settings.layers if layer != Layer.DISCOVERED))
+    """Settings without the discovered layer: discovery derives from `.env` and the hosts, not from itself.
+
+    Dagster's CLI and webserver copy the checkout's `.env` into the process environment, so a process value
+    equal to the `.env` value is attributed to `.env` (what the sources index records must not depend on
+    whether `deploy-hosts` or `dagster` ran the assets).
+    """
+    dotenv = settings.layer_values(Layer.DOTENV)
+    layers = []
+    for layer, values in settings.layers:
+        if layer == Layer.PROCESS:
+            values = {name: value for name, value in values.items() if dotenv.get(name) != value}
+        if layer != Layer.DISCOVERED:
+            layers.append((layer, values))
+    return Settings(settings.root, tuple(layers))
 
 
 def with_discovered(settings: Settings, discovered: Mapping[str, str]) -> Settings:
@@ -106,10 +126,17 @@ def new_run_dir(settings: Settings) -> Path:
 
 
 def latest_complete_run(settings: Settings, exclude: Path | None = None) -> DiscoveryRun | None:
-    """The newest earlier run that published a config set (it has a manifest)."""
+    """The newest earlier run that published a config set (it has a manifest).
+
+    Run names sort by the second they started; within one second the random suffix says nothing, so the
+    manifest's modification time decides.
+    """
     base = settings.path("NARWHAL_DISCOVERY_DIR")
-    runs = sorted((p for p in base.glob("*/" + MANIFEST) if p.parent != exclude), reverse=True)
-    return DiscoveryRun.load(runs[0].parent) if runs else None
+    manifests = [p for p in base.glob("*/" + MANIFEST) if p.parent != exclude]
+    if not manifests:
+        return None
+    newest = max(manifests, key=lambda p: (p.parent.name.split("-", 1)[0], p.stat().st_mtime_ns, p.parent.name))
+    return DiscoveryRun.load(newest.parent)
 
 
 def probe_request(settings: Settings, entry: HostEntry, previous: Mapping[str, CheckpointDigest], full: bool) -> str:
@@ -189,19 +216,37 @@ def generate_config(settings: Settings, inventory: Inventory, run: DiscoveryRun)
         effective, inventory, run.observations, model_configs=model_configs, observation_dir=str(run.run_dir)
     )
     fleet = build_fleet(effective, inventory, run.observations, launch)
-    return GeneratedConfig(discovered, launch, fleet)
+    return GeneratedConfig(discovered, launch, fleet, build_profiling_limits(fleet, launch))
+
+
+def archive_previous(settings: Settings, run: DiscoveryRun, generated: Iterable[Path]) -> list[Path]:
+    """Copy the config set as it stands now into `<run>/previous-config/`, before this run changes any of it.
+
+    The set is every file the latest complete run published (its manifest) plus any generated file that
+    exists; with no earlier run, the inventory and trust store that this run itself created are not a
+    previous set. A file already archived by this run is kept (the first copy is the previous one).
+    """
+    previous = latest_complete_run(settings, exclude=run.run_dir)
+    listed: list[Path] = []
+    if previous is not None:
+        manifest = json.loads((previous.run_dir / MANIFEST).read_text(encoding="utf-8"))
+        listed = [settings.root / rel for rel in manifest.get("files", {})]
+    archive = run.run_dir / ARCHIVE_DIR
+    archived = []
+    for path in dict.fromkeys([*listed, *generated]):
+        target = archive / path.name
+        if path.is_file() and not target.exists():
+            write_private(target, path.read_bytes())
+            archived.append(target)
+    return archived
 
 
 def publish_config(settings: Settings, run: DiscoveryRun, files: Mapping[Path, str]) -> dict[str, str]:
-    """Archive the current set into the run, then replace every file; returns path -> SHA-256.
+    """Archive the current set into the run (unless already done), replace every file; returns path -> SHA-256.
 
     Each file is replaced atomically; the manifest written last marks the run as complete.
     """
-    archive = ensure_private_dir(run.run_dir / ARCHIVE_DIR)
-    for path in [*files, settings.hosts_path, settings.known_hosts_path]:
-        if path.is_file():
-            shutil.copy2(path, archive / path.name)
-            (archive / path.name).chmod(0o600)
+    archive_previous(settings, run, files)
     digests = {_relative(settings, path): write_private(path, text) for path, text in files.items()}
     for path in (settings.hosts_path, settings.known_hosts_path):
         if path.is_file():
@@ -222,6 +267,7 @@ def generated_paths(settings: Settings) -> list[Path]:
         settings.launch_config_path,
         settings.path("NARWHAL_LAUNCH_SOURCES"),
         settings.fleet_path,
+        profiling_limits_path(settings),
         settings.path("NARWHAL_DISCOVERY_DIR"),
     ]
 

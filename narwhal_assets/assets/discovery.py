@@ -14,11 +14,13 @@ from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.profiling import build_profiling_limits, max_num_seqs
 from narwhal_assets.discovery import (
     DiscoveryRun,
+    archive_previous,
     generate_config,
     inspect_hosts,
     latest_complete_run,
     new_run_dir,
     operator_settings,
+    profiling_limits_path,
     publish_config,
 )
 from narwhal_assets.inventory_file import current_inventory
@@ -32,7 +34,6 @@ GROUP = "discovery"
 KNOWN_HOSTS = dg.AssetKey("ssh_known_hosts")
 OBSERVATIONS = dg.AssetKey("host_observations")
 CHECKPOINTS = dg.AssetKey("checkpoint_digests")
-PROFILING_LIMITS_FILE = "profiling-limits.json"
 
 
 class DiscoveryConfig(dg.Config):
@@ -78,6 +79,10 @@ def host_discovery(
     run = DiscoveryRun(new_run_dir(settings))
     context.log.info(f"discovery run directory {run.run_dir}")
     inspect_hosts(settings, inventory, connector, run, previous.checkpoints if previous else {}, config.full_hash)
+    # Nothing is recorded unless the whole config set can be built from these observations; the set as it
+    # stands is archived first, so the archive holds the trust store from before this run's enrolments.
+    generated = generate_config(settings, inventory, run)
+    archive_previous(settings, run, generated.files(settings))
     connector.store.commit()
     if KNOWN_HOSTS in context.selected_asset_keys:
         fingerprints = {h: {"fingerprint": o.host_key_fingerprint} for h, o in run.observations.items()}
@@ -160,7 +165,7 @@ def profiling_limits(narwhal: NarwhalSettings) -> dg.MaterializeResult:
     settings = narwhal.load()
     fleet = load_json_model(settings.fleet_path, Fleet)
     limits = build_profiling_limits(fleet, load_json_model(settings.launch_config_path, EngineLaunchConfig))
-    path = settings.fleet_path.parent / PROFILING_LIMITS_FILE
+    path = profiling_limits_path(settings)
     digest = write_private(path, render_json(limits))
     return dg.MaterializeResult(
         metadata={"path": dg.MetadataValue.path(str(path)), "limits": dg.MetadataValue.json(limits.engines)},

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import dagster as dg
 
-from narwhal_assets.core.settings import Settings
-from narwhal_assets.discovery import latest_complete_run
+from narwhal_assets.assets.discovery import OBSERVATIONS
+from narwhal_assets.discovery import DiscoveryRun
 from narwhal_assets.runner import materialize_selection, operator_instance
 
 DISCOVERY_ASSETS = dg.AssetSelection.groups("discovery")
@@ -15,10 +16,8 @@ DISCOVERY_ASSETS = dg.AssetSelection.groups("discovery")
 
 def run(args: argparse.Namespace) -> int:
     config = {"ops": {"host_discovery": {"config": {"full_hash": bool(args.full_hash)}}}}
-    materialize_selection(DISCOVERY_ASSETS, operator_instance(args.root), args.root, run_config=config)
-    settings = Settings.load(args.root)
-    latest = latest_complete_run(settings)
-    assert latest is not None, "a successful discovery leaves a complete run"
+    result = materialize_selection(DISCOVERY_ASSETS, operator_instance(args.root), args.root, run_config=config)
+    latest = DiscoveryRun.load(_run_dir(result))
     print(f"discovery run {latest.run_dir}")
     for host_id, obs in sorted(latest.observations.items()):
         gpus = f"{len(obs.gpus)}x {obs.gpus[0].name}" if obs.gpus else "no GPUs"
@@ -30,6 +29,14 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"generated files are listed with their SHA-256 in {latest.run_dir / 'manifest.json'}")
     return 0
+
+
+def _run_dir(result: dg.ExecuteInProcessResult) -> Path:
+    """The run directory this materialization wrote (not the newest by name: names sort only by second)."""
+    for materialization in result.asset_materializations_for_node("host_discovery"):
+        if materialization.asset_key == OBSERVATIONS:
+            return Path(str(materialization.metadata["run_dir"].value))
+    raise AssertionError("a successful discovery materializes host_observations")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

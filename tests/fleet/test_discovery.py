@@ -1,0 +1,521 @@
+"""`deploy-hosts discover` against real sshd hosts (issue: discovery), every file checked against the fleet's truth.
+
+Shared fleet: h1 (router + engine-1, key auth), h2 (engine-2, PASSWORD auth), h3 (engine-3, key auth), each
+serving the same model at /srv/models/demo-model. Destinations are sentinel ssh-config aliases so a leak
+of a destination value is detectable. Every test builds its own checkout; tests that break a host (fake
+tool, stopped sshd, changed replica) restore it in `finally`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from narwhal_assets.cli import main
+from narwhal_assets.fleetsim import SimFleet
+
+PASSWORD = "pw-SENTINEL-d15c0v3ry-41c9"
+DESTINATIONS = {"h1": "mgmt-sentinel-q7zk-a", "h2": "mgmt-sentinel-q7zk-b", "h3": "mgmt-sentinel-q7zk-c"}
+ROLES = {"router": "h1", "engine-1": "h1", "engine-2": "h2", "engine-3": "h3"}
+HOST_IDS = {"h1": "node-1", "h2": "node-2", "h3": "node-3"}
+ENGINE_HOSTS = {1: "h1", 2: "h2", 3: "h3"}
+MODEL = "demo-model"
+MODEL_DIR = f"/srv/models/{MODEL}"
+MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 32768,
+                "torch_dtype": "bfloat16", "num_attention_heads": 32, "hidden_size": 4096}  # fmt: skip
+_rng = random.Random(20251130)
+WEIGHTS = {
+    "model-00001-of-00002.safetensors": _rng.randbytes(3 << 20),
+    "model-00002-of-00002.safetensors": _rng.randbytes(2 << 20),
+    "model.safetensors.index.json": b'{"weight_map": {}}\n',
+    "tokenizer/tokenizer.json": _rng.randbytes(256 << 10),
+    "tokenizer/special tokens.txt": b"<s>\n</s>\n",
+    "-rank0.bin": _rng.randbytes(4096),
+}
+LINKS = {"tokenizer.json": "tokenizer/tokenizer.json"}  # followed like `find -L`
+TOUCHED = "model-00002-of-00002.safetensors"
+TREE_SCRIPT = "cd \"$1\" && find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum --"
+GENERATED = ("deployment.env", "engine-launch.local.json", "engine-launch.sources.json", "fleet.json",
+             "hosts.local.json", "ssh.known_hosts", "profiling-limits.json")  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def fleet(sim_fleet_factory: Callable[..., SimFleet]) -> SimFleet:
+    fleet = sim_fleet_factory()
+    fleet.add_host("h1")
+    fleet.add_host("h2", password=PASSWORD)
+    fleet.add_host("h3")
+    fleet.start()
+    for name, path in fleet.write_model(MODEL, WEIGHTS, MODEL_CONFIG).items():
+        for link, target in LINKS.items():
+            (path / link).symlink_to(target)
+        assert fleet.model_path(name, MODEL) == path
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def ssh_config(fleet: SimFleet, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ssh config whose aliases are the sentinel destinations (outside every checkout)."""
+    blocks = []
+    for name, alias in DESTINATIONS.items():
+        host = fleet.host(name)
+        blocks.append(f"Host {alias}\n    HostName {host.address}\n    User {host.user}\n    Port {host.port}\n"
+                      f"    IdentityFile {fleet.client_key_path}\n    IdentitiesOnly yes\n")  # fmt: skip
+    path = tmp_path_factory.mktemp("sshcfg") / "ssh_config"
+    path.write_text("\n".join(blocks), encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("NARWHAL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, fleet: SimFleet, ssh_config: Path) -> Path:
+    return make_checkout(tmp_path / "checkout", fleet, ssh_config)
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def make_checkout(root: Path, fleet: SimFleet, ssh_config: Path, roles: dict[str, str] = ROLES, **extra: str) -> Path:
+    """A management checkout whose .env holds the sentinel destinations, the password and engine settings."""
+    root.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for role, name in roles.items():
+        variable = "NARWHAL_ROUTER_SSH" if role == "router" else f"NARWHAL_NODE_{role.split('-')[1]}_SSH"
+        lines.append(f"{variable}={DESTINATIONS[name]}")
+        if fleet.host(name).password is not None:
+            lines.append(f"{variable}_PASSWORD={PASSWORD}")
+    settings = {"NARWHAL_SSH_CONFIG": str(ssh_config), "NARWHAL_ENGINE_IMAGE": fleet.host("h1").image_ref,
+                "NARWHAL_ENGINE_MODEL_NAME": MODEL, "NARWHAL_MODEL_DIR": MODEL_DIR,
+                "NARWHAL_RUN_DIR": "/var/tmp/narwhal-run", "NARWHAL_FABRIC_INTERFACE": "fab0", **extra}  # fmt: skip
+    lines += [f"{name}={value}" for name, value in settings.items()]
+    (root / ".env").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def cli(root: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["--root", str(root), *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def discover(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Path:
+    """A discovery that must succeed; returns its run directory (as the command prints it)."""
+    rc, out, err = cli(root, "discover", *args, capsys=capsys)
+    assert rc == 0, err
+    match = re.search(r"^discovery run (\S+)$", out, re.MULTILINE)
+    assert match, out
+    return Path(match.group(1))
+
+
+def failing_discover(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, Path | None]:
+    """A discovery that must fail; returns stderr and the run directory it created (if any)."""
+    before = set(run_dirs(root))
+    rc, out, err = cli(root, "discover", capsys=capsys)
+    assert rc != 0, out
+    assert err.strip(), "a failed discovery explains itself on stderr"
+    new = sorted(set(run_dirs(root)) - before)
+    assert len(new) <= 1
+    return err, new[0] if new else None
+
+
+def run_dirs(root: Path) -> list[Path]:
+    base = root / "runs" / "discovery"
+    return sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Relative path -> bytes of every file below `directory` (empty when it does not exist)."""
+    if not directory.is_dir():
+        return {}
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def sh(script: str, *args: str) -> str:
+    """A fixed bash script with its arguments as $1.. (never interpolated into the script)."""
+    done = subprocess.run(["bash", "-c", script, "bash", *args], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def independent_tree(directory: Path) -> tuple[dict[str, str], str]:
+    """Per-file sha256 and the tree digest of a replica, computed with the real `sha256sum`."""
+    listing = sh(TREE_SCRIPT, str(directory))
+    files = {}
+    for line in listing.splitlines():
+        digest, path = line.split("  ", 1)
+        files[path] = digest
+    tree = sh(TREE_SCRIPT + " | sha256sum", str(directory)).split()[0]
+    return files, tree
+
+
+def source_env(path: Path) -> dict[str, str]:
+    """What bash sees after sourcing the file: every NARWHAL_* variable it defines."""
+    script = '. "$1" && for v in ${!NARWHAL_@}; do printf "%s=%s\\n" "$v" "${!v}"; done'
+    done = subprocess.run(["env", "-i", "bash", "-c", script, "bash", str(path)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return dict(line.split("=", 1) for line in done.stdout.splitlines())
+
+
+def known_hosts_fingerprints(path: Path) -> dict[str, set[str]]:
+    """Host field -> SHA256 fingerprints of the recorded keys, computed from the key blobs here."""
+    found: dict[str, set[str]] = {}
+    for line in path.read_text(encoding="ascii").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        host, _key_type, blob = line.split()[:3]
+        digest = hashlib.sha256(base64.b64decode(blob)).digest()
+        found.setdefault(host, set()).add("SHA256:" + base64.b64encode(digest).decode().rstrip("="))
+    return found
+
+
+def latest_metadata(asset: str) -> dict[str, object]:
+    with dg.DagsterInstance.get() as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+        assert event is not None and event.asset_materialization is not None
+        return {key: value.value for key, value in event.asset_materialization.metadata.items()}
+
+
+def assert_nowhere(needles: list[str], roots: list[Path]) -> None:
+    for root in roots:
+        for path in root.rglob("*"):
+            if path.is_file() and path.name != ".env":
+                data = path.read_bytes()
+                for needle in needles:
+                    assert needle.encode() not in data, f"{needle!r} found in {path}"
+
+
+def replica_size(fleet: SimFleet, name: str) -> tuple[int, int]:
+    """(file count, byte count) of one replica as `find -L` sees it."""
+    sizes = [p.stat().st_size for p in fleet.model_path(name, MODEL).rglob("*") if p.is_file()]
+    return len(sizes), sum(sizes)
+
+
+@contextmanager
+def replaced_file(path: Path, content: bytes) -> Iterator[None]:
+    """Overwrite a file in place (same inode, so the host's bind mount sees it), restoring it afterwards."""
+    original, mode = path.read_bytes(), path.stat().st_mode & 0o7777
+    try:
+        path.write_bytes(content)
+        yield
+    finally:
+        path.write_bytes(original)
+        path.chmod(mode)
+
+
+@contextmanager
+def stopped(fleet: SimFleet, name: str) -> Iterator[None]:
+    fleet.stop_host(name)
+    try:
+        yield
+    finally:
+        fleet.start_host(name)
+
+
+NVIDIA_SMI_COMMAND = "$ nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id --format=csv,noheader,nounits"
+BAD_NVIDIA_SMI = b"#!/bin/sh\necho '0, GPU-00000000-0000-0000-0000-000000000000, NVIDIA H200'\n"
+
+
+# --------------------------------------------------------------------------------------------- tests
+
+
+def test_full_discovery_matches_the_fleets_truth(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = discover(checkout, capsys)
+    config = checkout / "config"
+    assert run.parent == checkout / "runs" / "discovery"
+
+    # inventory: variable names only
+    assert read_json(config / "hosts.local.json") == {"schema": "narwhal.hosts", "schema_version": 1, "hosts": [
+        {"id": "node-1", "ssh_env": "NARWHAL_NODE_1_SSH", "password_env": None, "roles": ["router", "engine-1"]},
+        {"id": "node-2", "ssh_env": "NARWHAL_NODE_2_SSH", "password_env": "NARWHAL_NODE_2_SSH_PASSWORD",
+         "roles": ["engine-2"]},
+        {"id": "node-3", "ssh_env": "NARWHAL_NODE_3_SSH", "password_env": None, "roles": ["engine-3"]},
+    ]}  # fmt: skip
+    assert_nowhere([PASSWORD, *DESTINATIONS.values()], [config, checkout / "runs", Path(os.environ["DAGSTER_HOME"])])
+
+    # trust store: one entry per host, each key one the host really serves
+    recorded = known_hosts_fingerprints(config / "ssh.known_hosts")
+    assert set(recorded) == {fleet.host(name).address for name in HOST_IDS}
+    for name in HOST_IDS:
+        host = fleet.host(name)
+        assert recorded[host.address] and recorded[host.address] <= set(host.host_key_fingerprints().values())
+
+    # deployment.env, as bash reads it
+    config_sha = hashlib.sha256(json.dumps(MODEL_CONFIG, indent=2, sort_keys=True).encode() + b"\n").hexdigest()
+    assert config_sha == hashlib.sha256((fleet.model_path("h2", MODEL) / "config.json").read_bytes()).hexdigest()
+    expected_env = {}
+    for n, name in ENGINE_HOSTS.items():
+        host = fleet.host(name)
+        expected_env |= {
+            f"NARWHAL_NODE_{n}_IP": host.fabric_address,
+            f"NARWHAL_NODE_{n}_URL": f"http://{host.fabric_address}:8000",
+            f"NARWHAL_NODE_{n}_ATTESTATION_URL": f"http://{host.fabric_address}:8001/v1/attestation",
+            f"NARWHAL_NODE_{n}_ENGINE_IMAGE": host.image_id,
+            f"NARWHAL_NODE_{n}_MODEL_CONFIG_SHA256": config_sha,
+        }
+    assert source_env(config / "deployment.env") == expected_env
+
+    # fleet: iids, roles, whole-value references, model, hardware from the fake GPUs
+    fleet_json = read_json(config / "fleet.json")
+    assert fleet_json["schema"] == "narwhal.fleet" and fleet_json["model"] == MODEL
+    assert fleet_json["hardware"] == {"accelerator": "NVIDIA H200", "accelerators_per_engine": 2, "tensor_parallel": 2}
+    assert fleet_json["engines"] == [
+        {"iid": f"n{n}", "url": f"${{NARWHAL_NODE_{n}_URL}}",
+         "attestation_url": f"${{NARWHAL_NODE_{n}_ATTESTATION_URL}}", "role": "prefill" if n == 1 else "decode"}
+        for n in ENGINE_HOSTS
+    ]  # fmt: skip
+    assert "engine" not in fleet_json
+    assert read_json(config / "profiling-limits.json")["engines"] == {"n1": 8, "n2": 8, "n3": 8}
+
+    # launch records
+    launch = read_json(config / "engine-launch.local.json")
+    assert launch["schema"] == "narwhal.engine-launch"
+    assert set(launch["engines"]) == {"engine-1", "engine-2", "engine-3"}
+    for n, name in ENGINE_HOSTS.items():
+        entry, host = launch["engines"][f"engine-{n}"], fleet.host(name)
+        assert entry["host_id"] == HOST_IDS[name]
+        assert entry["gpu_ids"] == [g.index for g in host.gpus] and entry["tensor_parallel_size"] == len(host.gpus)
+        assert entry["accelerator"] == host.gpus[0].name and entry["gpu_visibility_env"] == "CUDA_VISIBLE_DEVICES"
+        assert entry["fabric_address"] == host.fabric_address and entry["network_mode"] == "host"
+        assert entry["transfer"]["transport"] == "ucx_tcp" and entry["transfer"]["net_devices"] == "fab0"
+        assert [d for d in entry["accelerator_devices"] if re.fullmatch(r"/dev/nvidia[0-9]+", d)] == [
+            f"/dev/nvidia{g.index}" for g in host.gpus
+        ]
+    sources = read_json(config / "engine-launch.sources.json")
+    assert set(sources["engines"]) == set(launch["engines"])
+
+    # observations: exactly the fake tools' truth
+    for name, host_id in HOST_IDS.items():
+        host = fleet.host(name)
+        obs = read_json(run / f"{host_id}.json")
+        assert obs["host_id"] == host_id and obs["hostname"] == name
+        assert obs["roles"] == [r for r, h in ROLES.items() if h == name]
+        assert obs["host_key_fingerprint"] in host.host_key_fingerprints().values()
+        assert [(g["index"], g["uuid"], g["name"], g["memory_total_mib"], g["pci_bus_id"]) for g in obs["gpus"]] == [
+            (g.index, g.uuid, g.name, g.memory_mib, g.bus_id) for g in host.gpus
+        ]
+        assert re.fullmatch(r"[0-9a-f]{32}", obs["machine_id"]) and re.fullmatch(r"[0-9a-f-]{36}", obs["boot_id"])
+        fab0 = next(i for i in obs["interfaces"] if i["name"] == "fab0")
+        assert host.fabric_address in [a["address"] for a in fab0["addresses"]]
+        assert obs["image"]["id"] == host.image_id and obs["image"]["reference"] == host.image_ref
+        engine = next(r for r in obs["roles"] if r.startswith("engine-"))
+        assert obs["models"][engine]["config_sha256"] == config_sha
+
+    # checkpoint digests, recomputed on the workstation-side replicas with sha256sum
+    for n, name in ENGINE_HOSTS.items():
+        digest = read_json(run / f"engine-{n}-checkpoint.json")
+        files, tree = independent_tree(fleet.model_path(name, MODEL))
+        assert set(files) == {*WEIGHTS, *LINKS, "config.json"}
+        assert {f["path"]: f["sha256"] for f in digest["files"]} == files
+        assert digest["tree_sha256"] == tree
+        assert digest["engine"] == f"engine-{n}" and digest["host_id"] == HOST_IDS[name]
+        assert digest["model_dir"] == MODEL_DIR
+        assert digest["files_reused"] == 0 and digest["bytes_hashed"] == replica_size(fleet, name)[1]
+
+    # logs: commands and exit statuses, no password
+    for host_id in HOST_IDS.values():
+        log = (run / "logs" / f"{host_id}.log").read_text(encoding="utf-8")
+        docker = f"$ docker image inspect {fleet.host('h1').image_ref}"
+        for command in (NVIDIA_SMI_COMMAND, "$ ip -json address", docker):
+            assert command in log, f"{host_id}.log lacks {command!r}"
+        assert re.search(r"^exit 0\b", log, re.MULTILINE) and PASSWORD not in log
+
+    # private modes everywhere
+    for top in (config, checkout / "runs"):
+        for path in [top, *top.rglob("*")]:
+            if path.is_relative_to(Path(os.environ["DAGSTER_HOME"])):
+                continue
+            expected = 0o700 if path.is_dir() else 0o600
+            assert path.stat().st_mode & 0o777 == expected, f"{path} is {oct(path.stat().st_mode & 0o777)}"
+
+
+def test_rediscovery_rehashes_only_the_touched_file_and_full_hash_rehashes_all(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    count, size = replica_size(fleet, "h1")
+    discover(checkout, capsys)
+    first = latest_metadata("checkpoint_digests")
+    assert (first["bytes_hashed"], first["bytes_reused"], first["files_reused"]) == (3 * size, 0, 0)
+
+    touched = fleet.model_path("h2", MODEL) / TOUCHED
+    stat = touched.stat()
+    os.utime(touched, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
+    run = discover(checkout, capsys)
+    meta = latest_metadata("checkpoint_digests")
+    touched_size = len(WEIGHTS[TOUCHED])
+    assert meta["bytes_hashed"] == touched_size
+    assert meta["bytes_reused"] == 3 * size - touched_size
+    assert meta["files_reused"] == 3 * count - 1
+    for n, name in ENGINE_HOSTS.items():
+        digest = read_json(run / f"engine-{n}-checkpoint.json")
+        expected = (touched_size, size - touched_size, count - 1) if name == "h2" else (0, size, count)
+        assert (digest["bytes_hashed"], digest["bytes_reused"], digest["files_reused"]) == expected, name
+        assert digest["tree_sha256"] == independent_tree(fleet.model_path(name, MODEL))[1]
+    entry = next(f for f in read_json(run / "engine-2-checkpoint.json")["files"] if f["path"] == TOUCHED)
+    assert entry["mtime_ns"] == touched.stat().st_mtime_ns
+
+    run = discover(checkout, capsys, "--full-hash")
+    meta = latest_metadata("checkpoint_digests")
+    assert (meta["bytes_hashed"], meta["bytes_reused"], meta["files_reused"]) == (3 * size, 0, 0)
+    for n in ENGINE_HOSTS:
+        digest = read_json(run / f"engine-{n}-checkpoint.json")
+        assert (digest["bytes_hashed"], digest["files_reused"]) == (size, 0)
+
+
+def test_a_replica_that_differs_fails_discovery_naming_engines_and_first_path(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    discover(checkout, capsys)
+    before = snapshot(checkout / "config")
+    replica = fleet.model_path("h3", MODEL)
+    # Two files differ; the error names the first in byte order, and the same-size edit is not a size check.
+    with (
+        replaced_file(replica / "tokenizer" / "special tokens.txt", b"<S>\n</S>\n"),
+        replaced_file(replica / TOUCHED, bytes(b ^ 0xFF for b in WEIGHTS[TOUCHED])),
+    ):
+        err, run = failing_discover(checkout, capsys)
+    assert "checkpoint replicas differ" in err
+    assert "engine-1" in err and "engine-3" in err and "engine-2" not in err
+    assert f"first difference at '{TOUCHED}'" in err and "special tokens" not in err
+    assert snapshot(checkout / "config") == before
+    assert run is not None and not (run / "manifest.json").exists()
+
+
+def test_malformed_nvidia_smi_names_host_and_tool_and_replaces_nothing(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    discover(checkout, capsys)
+    before = snapshot(checkout / "config")
+    with replaced_file(fleet.host("h2").hostdir / "bin" / "nvidia-smi", BAD_NVIDIA_SMI):
+        err, run = failing_discover(checkout, capsys)
+    assert re.search(r"host node-2: nvidia-smi: line 1: expected 5 comma-separated fields, got 3", err), err
+    assert "node-1" not in err and "node-3" not in err
+    assert snapshot(checkout / "config") == before
+    assert run is not None and not (run / "manifest.json").exists()
+    assert "GPU-00000000-0000-0000-0000-000000000000" in (run / "logs" / "node-2.log").read_text()
+
+
+def test_unreachable_and_failing_hosts_are_reported_together_and_enrol_nothing(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, err = cli(checkout, "plan", capsys=capsys)
+    assert rc == 0, err
+    before = snapshot(checkout / "config")
+    assert set(before) == {"hosts.local.json"}
+    with stopped(fleet, "h3"), replaced_file(fleet.host("h2").hostdir / "bin" / "nvidia-smi", BAD_NVIDIA_SMI):
+        err, run = failing_discover(checkout, capsys)
+    assert "node-3" in err and "refused" in err
+    assert "node-2" in err and "nvidia-smi" in err
+    assert snapshot(checkout / "config") == before, "a failed discovery enrolled a host key or wrote config"
+    assert run is not None and not (run / "manifest.json").exists()
+    assert read_json(run / "node-1.json")["gpus"] and read_json(run / "engine-1-checkpoint.json")["tree_sha256"]
+    assert "$ nvidia-smi" in (run / "logs" / "node-1.log").read_text()
+    assert "$ nvidia-smi" in (run / "logs" / "node-2.log").read_text()
+    assert not (run / "node-2.json").exists() and not (run / "node-3.json").exists()
+    rc, _, err = cli(checkout, "check-access", "--host", "node-1", capsys=capsys)
+    assert rc != 0 and "is not in" in err, "the reachable host must not have been enrolled"
+
+
+def test_second_discovery_archives_the_previous_set_and_the_manifest_lists_every_file(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = checkout / "config"
+    first = discover(checkout, capsys)
+    assert not snapshot(first / "previous-config"), "a first discovery has no previous set to archive"
+    assert_manifest(first, checkout)
+
+    # The operator drops h3's entry (to re-verify it); the archive must hold the file as it was then.
+    known = config / "ssh.known_hosts"
+    h3 = fleet.host("h3").address
+    known.write_text("".join(line for line in known.read_text().splitlines(keepends=True)
+                             if not line.startswith(h3 + " ")))  # fmt: skip
+    before = {name: data for name, data in snapshot(config).items() if not name.endswith(".lock")}
+    assert set(before) == set(GENERATED)
+
+    second = discover(checkout, capsys)
+    assert snapshot(second / "previous-config") == before
+    assert h3 + " " in known.read_text()
+    assert_manifest(second, checkout)
+
+
+def assert_manifest(run: Path, root: Path) -> None:
+    manifest = read_json(run / "manifest.json")
+    assert manifest["schema"] == "narwhal.discovery-manifest"
+    files = {p for p in (root / "config").iterdir() if p.is_file() and not p.name.endswith(".lock")}
+    assert set(manifest["files"]) == {f"config/{p.name}" for p in files}
+    for rel, digest in manifest["files"].items():
+        assert hashlib.sha256((root / rel).read_bytes()).hexdigest() == digest, rel
+
+
+def test_dagster_cli_materialize_generates_the_same_files(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = checkout / "config"
+    first = discover(checkout, capsys)
+    by_command = {name: (config / name).read_text() for name in GENERATED}
+    dagster = Path(sys.executable).with_name("dagster")
+    done = subprocess.run(
+        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "group:discovery"],
+        cwd=checkout, env=dict(os.environ), capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    later = [run for run in run_dirs(checkout) if run != first]
+    assert len(later) == 1 and (later[0] / "manifest.json").exists()
+    for name in GENERATED:
+        assert (config / name).read_text().replace(str(later[0]), str(first)) == by_command[name], name
+
+
+@pytest.mark.parametrize(
+    ("case", "roles", "extra", "expected"),
+    [
+        ("image", ROLES, {"NARWHAL_ENGINE_IMAGE": "narwhal/inference-engine:no-such-tag"},
+         [r"host node-1: docker image inspect: .*No such image: narwhal/inference-engine:no-such-tag",
+          r"host node-2: docker", r"host node-3: docker"]),
+        ("pin", ROLES, {"NARWHAL_MODEL_CONFIG_SHA256": "0" * 64},
+         [r"host node-1: engine-1 config.json SHA-256 .* NARWHAL_MODEL_CONFIG_SHA256", r"host node-3: engine-3"]),
+        ("fabric", ROLES, {"NARWHAL_FABRIC_INTERFACE": "nosuch0"},
+         [r"host node-2: fabric interface 'nosuch0' \(NARWHAL_FABRIC_INTERFACE\) not found"]),
+        ("one-engine", {"router": "h1", "engine-1": "h1"}, {},
+         [r"hosts.local.json: hosts: the fleet needs at least two engines .*found 1"]),
+    ],
+)  # fmt: skip
+def test_discovery_rejects_bad_inputs_and_writes_nothing(
+    tmp_path: Path, fleet: SimFleet, ssh_config: Path, capsys: pytest.CaptureFixture[str],
+    case: str, roles: dict[str, str], extra: dict[str, str], expected: list[str],
+) -> None:  # fmt: skip
+    root = make_checkout(tmp_path / case, fleet, ssh_config, roles, **extra)
+    rc, _, err = cli(root, "plan", capsys=capsys)
+    assert rc == 0, err
+    before = snapshot(root / "config")
+    err, _ = failing_discover(root, capsys)
+    for pattern in expected:
+        assert re.search(pattern, err), f"{pattern!r} not in:\n{err}"
+    assert snapshot(root / "config") == before, "a rejected discovery enrolled a host key or wrote config"
