@@ -90,20 +90,8 @@ def profiling_limits_path(settings: Settings) -> Path:
 
 
 def operator_settings(settings: Settings) -> Settings:
-    """Settings without the discovered layer: discovery derives from `.env` and the hosts, not from itself.
-
-    Dagster's CLI and webserver copy the checkout's `.env` into the process environment, so a process value
-    equal to the `.env` value is attributed to `.env` (what the sources index records must not depend on
-    whether `deploy-hosts` or `dagster` ran the assets).
-    """
-    dotenv = settings.layer_values(Layer.DOTENV)
-    layers = []
-    for layer, values in settings.layers:
-        if layer == Layer.PROCESS:
-            values = {name: value for name, value in values.items() if dotenv.get(name) != value}
-        if layer != Layer.DISCOVERED:
-            layers.append((layer, values))
-    return Settings(settings.root, tuple(layers))
+    """Settings without the discovered layer: discovery derives from `.env` and the hosts, not from itself."""
+    return Settings(settings.root, tuple((layer, v) for layer, v in settings.layers if layer != Layer.DISCOVERED))
 
 
 def with_discovered(settings: Settings, discovered: Mapping[str, str]) -> Settings:

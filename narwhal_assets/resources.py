@@ -6,6 +6,9 @@ from pathlib import Path
 import dagster as dg
 
 from narwhal_assets.core.settings import Settings
+from narwhal_assets.ssh.access import make_connector
+from narwhal_assets.ssh.transport import Connector
+from narwhal_assets.ssh.trust import TrustMode
 
 ROOT_ENV = "NARWHAL_ROOT"
 
@@ -25,7 +28,10 @@ class NarwhalSettings(dg.ConfigurableResource):
 
 
 class SshSettings(dg.ConfigurableResource):
-    """Timeouts for the paramiko transport; trust store and ssh config come from the checkout settings."""
+    """The paramiko transport as a resource: timeouts here, trust store and ssh config from the checkout."""
 
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 600.0
+
+    def connector(self, settings: Settings, mode: TrustMode, *, staged: bool = False) -> Connector:
+        return make_connector(settings, mode, self.connect_timeout_s, self.command_timeout_s, staged=staged)

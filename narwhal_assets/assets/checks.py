@@ -31,7 +31,7 @@ def known_hosts_cover_inventory(narwhal: NarwhalSettings) -> dg.AssetCheckResult
     )
 
 
-@dg.asset_check(asset=CHECKPOINTS, description="Engine replicas serve identical checkpoint trees")
+@dg.asset_check(asset=CHECKPOINTS, description="Engine replicas serve identical checkpoint trees", blocking=True)
 def checkpoint_replicas_agree(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     run = DiscoveryRun.load(latest_run_dir(context.instance))
     try:

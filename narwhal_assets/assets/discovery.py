@@ -26,7 +26,7 @@ from narwhal_assets.discovery import (
 from narwhal_assets.inventory_file import current_inventory
 from narwhal_assets.privatefiles import write_private
 from narwhal_assets.resources import NarwhalSettings, SshSettings
-from narwhal_assets.ssh.access import host_accesses, make_connector
+from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.transport import HostConnection
 from narwhal_assets.ssh.trust import TrustMode
 
@@ -64,9 +64,7 @@ def host_discovery(
     selected, probe every host over that same connection."""
     settings = operator_settings(narwhal.load())
     inventory = current_inventory(settings)
-    connector = make_connector(
-        settings, TrustMode.ACCEPT_NEW, ssh.connect_timeout_s, ssh.command_timeout_s, staged=True
-    )
+    connector = ssh.connector(settings, TrustMode.ACCEPT_NEW, staged=True)
     if context.selected_asset_keys == {KNOWN_HOSTS}:
         results = connector.map_hosts(host_accesses(settings, inventory.hosts), _enrolment)
         failures = [str(r) for r in results.values() if isinstance(r, NarwhalError)]

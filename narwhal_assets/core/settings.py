@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from narwhal_assets.core.envfile import load_env_file
+from narwhal_assets.core.errors import InputError, raise_if
 
 DOTENV = ".env"
 DEPLOYMENT_ENV = "config/deployment.env"
@@ -50,15 +51,24 @@ class Settings:
         environ: Mapping[str, str] | None = None,
         defaults: Mapping[str, str] | None = None,
     ) -> Settings:
-        """Read `config/deployment.env` and `.env` under `root`, then overlay `environ` (os.environ)."""
+        """Read `config/deployment.env` and `.env` under `root`, then overlay `environ` (os.environ).
+
+        Dagster's CLI and webserver copy a `.env` in their working directory into the process environment,
+        so a process value equal to the `.env` value is attributed to `.env`: recorded sources must not
+        depend on whether `deploy-hosts` or `dagster` ran the assets.
+        """
         root = Path(root).resolve()
+        problems: list[str] = []
+        discovered, dotenv = (_load_collecting(root / name, problems) for name in (DEPLOYMENT_ENV, DOTENV))
+        raise_if(problems)
+        process = dict(os.environ if environ is None else environ)
         return cls(
             root=root,
             layers=(
                 (Layer.DEFAULT, dict(defaults or {})),
-                (Layer.DISCOVERED, load_env_file(root / DEPLOYMENT_ENV)),
-                (Layer.DOTENV, load_env_file(root / DOTENV)),
-                (Layer.PROCESS, dict(os.environ if environ is None else environ)),
+                (Layer.DISCOVERED, discovered),
+                (Layer.DOTENV, dotenv),
+                (Layer.PROCESS, {name: v for name, v in process.items() if dotenv.get(name) != v}),
             ),
         )
 
@@ -110,3 +120,12 @@ class Settings:
         path = Path(value) if value else Path("~/.ssh/config").expanduser()
         path = path if path.is_absolute() else self.root / path
         return path if path.is_file() else None
+
+
+def _load_collecting(path: Path, problems: list[str]) -> dict[str, str]:
+    """One assignment file; its problems join `problems` so both files' mistakes are reported at once."""
+    try:
+        return load_env_file(path)
+    except InputError as exc:
+        problems += exc.problems
+        return {}

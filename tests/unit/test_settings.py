@@ -60,9 +60,10 @@ def test_bad_dotenv_names_the_file_and_line(tmp_path: Path) -> None:
     root = checkout(tmp_path, dotenv="A=1\nB=$(id)\n", deployment_env="C=two words\n")
     with pytest.raises(InputError) as info:
         Settings.load(root, environ={})
-    # config/deployment.env is read first, so its problem is the one reported.
+    # Both files' problems are reported together, config/deployment.env first.
     assert info.value.problems == [
-        f"{root / 'config' / 'deployment.env'}:1: C: more than one word after '='; quote the value"
+        f"{root / 'config' / 'deployment.env'}:1: C: more than one word after '='; quote the value",
+        f"{root / '.env'}:2: B: needs a shell to evaluate (expansion or command substitution)",
     ]
     (root / "config" / "deployment.env").unlink()
     with pytest.raises(InputError) as info:
@@ -125,3 +126,11 @@ def test_ssh_config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     s = Settings.load(tmp_path, environ={"NARWHAL_SSH_CONFIG": "my_ssh_config"})
     assert s.ssh_config_path == tmp_path.resolve() / "my_ssh_config"
     assert Settings.load(tmp_path, environ={"NARWHAL_SSH_CONFIG": "absent"}).ssh_config_path is None
+
+
+def test_a_process_value_equal_to_dotenv_is_attributed_to_dotenv(tmp_path: Path) -> None:
+    """Dagster's CLI copies `.env` into the process environment; sources must still say `.env`."""
+    (tmp_path / ".env").write_text("NARWHAL_MAX_NUM_SEQS=16\nNARWHAL_GPU_IDS=0\n")
+    settings = Settings.load(tmp_path, environ={"NARWHAL_MAX_NUM_SEQS": "16", "NARWHAL_GPU_IDS": "1"})
+    assert settings.lookup("NARWHAL_MAX_NUM_SEQS") == ("16", Layer.DOTENV)
+    assert settings.lookup("NARWHAL_GPU_IDS") == ("1", Layer.PROCESS)
