@@ -14,8 +14,9 @@ from narwhal_assets.core.errors import InputError, raise_if
 from narwhal_assets.core.inventory import Inventory
 from narwhal_assets.core.observations import HostObservation
 from narwhal_assets.core.placement import fabric_address, http_url
-from narwhal_assets.core.policy import IMAGE_ID_RE, operator_value, parse_interface, required_value
+from narwhal_assets.core.policy import operator_value, parse_interface, required_value
 from narwhal_assets.core.ports import parse_port
+from narwhal_assets.core.records import IMAGE_ID_RE
 from narwhal_assets.core.settings import Settings
 
 HEADER = (

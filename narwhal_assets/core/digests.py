@@ -14,13 +14,11 @@ refused because `sha256sum` escapes them, and a top-level file named `-` because
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Mapping
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.observations import CheckpointDigest, CheckpointFile
-
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
+from narwhal_assets.core.records import SHA256_RE
 
 __all__ = ["compare_replicas", "first_difference", "tree_digest", "tree_listing", "verify_digest"]
 

@@ -10,13 +10,14 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from narwhal_assets.core.errors import InputError, raise_if
 from narwhal_assets.core.inventory import Inventory
 from narwhal_assets.core.launch_models import EngineLaunchConfig, Role
 from narwhal_assets.core.observations import HostObservation
 from narwhal_assets.core.policy import required_value
+from narwhal_assets.core.records import Record
 from narwhal_assets.core.settings import Settings
 
 REFERENCE_RE = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
@@ -27,48 +28,44 @@ _ENV_NAME_RE = re.compile(r"[A-Z][A-Z0-9_]*")
 _LAUNCH_FILE = "config/engine-launch.local.json"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-
-class Hardware(_Model):
+class Hardware(Record):
     accelerator: str
     accelerators_per_engine: int
     tensor_parallel: int
 
 
-class FleetEngine(_Model):
+class FleetEngine(Record):
     iid: str
     url: str
     attestation_url: str
     role: Role
 
 
-class Slo(_Model):
+class Slo(Record):
     ttft_s: int | float = 10
     tpot_s: int | float = 0.125
 
 
-class Thresholds(_Model):
+class Thresholds(Record):
     expand: float = 1.0
     shrink: float = 0.5
 
 
-class Controller(_Model):
+class Controller(Record):
     min_prefill: int = 1
     min_decode: int = 1
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
 
-class Profiles(_Model):
+class Profiles(Record):
     path: str = "runs/profiles.json"
 
 
-class EngineCredential(_Model):
+class EngineCredential(Record):
     engine_api_key_env: str
 
 
-class Fleet(_Model):
+class Fleet(Record):
     """`config/fleet.json` (the router reads its copy `runs/deployment/fleet.json`)."""
 
     schema_: Literal["narwhal.fleet"] = Field(default="narwhal.fleet", alias="schema")
@@ -98,8 +95,14 @@ def build_fleet(
     tensor-parallel size, because the router's profiles assume interchangeable engines of a role.
     """
     numbers = inventory.engine_numbers()
-    problems = [f"{settings.hosts_path}: hosts: the fleet needs at least two engines (one prefill, one "
-                f"decode); found {len(numbers)}"] if len(numbers) < 2 else []
+    problems = (
+        [
+            f"{settings.hosts_path}: hosts: the fleet needs at least two engines (one prefill, one "
+            f"decode); found {len(numbers)}"
+        ]
+        if len(numbers) < 2
+        else []
+    )
     for n in numbers:
         host_id = inventory.host_for_role(f"engine-{n}").id
         if host_id not in observations:
@@ -138,8 +141,13 @@ def engine_roles(settings: Settings, numbers: list[int]) -> dict[int, Role]:
     raise_if(problems)
     missing = [role for role in ROLES if role not in roles.values()]
     if missing:
-        raise InputError([f"fleet: no {role} engine; set NARWHAL_NODE_<n>_ROLE so that at least one engine "
-                          "prefills and one decodes" for role in missing])
+        raise InputError(
+            [
+                f"fleet: no {role} engine; set NARWHAL_NODE_<n>_ROLE so that at least one engine "
+                "prefills and one decodes"
+                for role in missing
+            ]
+        )
     return roles
 
 
@@ -185,8 +193,12 @@ def _model_name(settings: Settings, numbers: list[int]) -> str:
     resolved = [required_value(settings, n, "ENGINE_MODEL_NAME") for n in numbers]
     names = {r.value for r in resolved}
     if len(names) != 1:
-        raise InputError([f"fleet: engines serve different model names ({', '.join(sorted(r.name for r in resolved))}"
-                          "); every engine must serve one NARWHAL_ENGINE_MODEL_NAME"])
+        raise InputError(
+            [
+                f"fleet: engines serve different model names ({', '.join(sorted(r.name for r in resolved))}"
+                "); every engine must serve one NARWHAL_ENGINE_MODEL_NAME"
+            ]
+        )
     return resolved[0].value or ""
 
 
@@ -202,10 +214,13 @@ def _hardware(launch: EngineLaunchConfig, numbers: list[int]) -> Hardware:
     for field, what, get in checks:
         if len({get(e) for e in per_engine.values()}) > 1:
             found = "; ".join(f"engine-{n}: {get(e)}" for n, e in per_engine.items())
-            problems.append(f"{_LAUNCH_FILE}: engines.*.{field}: engines differ in {what} ({found}); every engine "
-                            "must use the same")
+            problems.append(
+                f"{_LAUNCH_FILE}: engines.*.{field}: engines differ in {what} ({found}); every engine must use the same"
+            )
     raise_if(problems)
     first = per_engine[numbers[0]]
-    return Hardware(accelerator=first.accelerator, accelerators_per_engine=len(first.gpu_ids),
-                    tensor_parallel=first.tensor_parallel_size)
-
+    return Hardware(
+        accelerator=first.accelerator,
+        accelerators_per_engine=len(first.gpu_ids),
+        tensor_parallel=first.tensor_parallel_size,
+    )

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from narwhal_assets.core.placement import Transfer
 from narwhal_assets.core.policy import Source
+from narwhal_assets.core.records import Record
 
 Role = Literal["prefill", "decode"]
 ENGINE_FILE_SCHEMA = "narwhal.engine-launch.engine"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-
-class Ports(_Model):
+class Ports(Record):
     engine: int
     attestation: int
     nixl_side_channel: int
@@ -26,7 +23,7 @@ class Ports(_Model):
     ucx_tcp_port_range: str
 
 
-class Runtime(_Model):
+class Runtime(Record):
     expected_packages: list[str]
     model_dtype: str
     kv_cache_dtype: str
@@ -35,7 +32,7 @@ class Runtime(_Model):
     extra_args: list[str]
 
 
-class EngineLaunch(_Model):
+class EngineLaunch(Record):
     """One engine's entry in `config/engine-launch.local.json`. `args` follow `vllm serve`."""
 
     host_id: str
@@ -53,7 +50,7 @@ class EngineLaunch(_Model):
     args: list[str]
 
 
-class EngineLaunchConfig(_Model):
+class EngineLaunchConfig(Record):
     """`config/engine-launch.local.json`."""
 
     schema_: Literal["narwhal.engine-launch"] = Field(default="narwhal.engine-launch", alias="schema")
@@ -61,17 +58,15 @@ class EngineLaunchConfig(_Model):
     engines: dict[str, EngineLaunch]
 
 
-class LaunchSources(_Model):
+class LaunchSources(Record):
     """`config/engine-launch.sources.json`: for every engine and launch value, where it came from."""
 
-    schema_: Literal["narwhal.engine-launch-sources"] = Field(
-        default="narwhal.engine-launch-sources", alias="schema"
-    )
+    schema_: Literal["narwhal.engine-launch-sources"] = Field(default="narwhal.engine-launch-sources", alias="schema")
     schema_version: Literal[1] = 1
     engines: dict[str, dict[str, Source]]
 
 
-class _EngineFileHeader(_Model):
+class _EngineFileHeader(Record):
     schema_: Literal["narwhal.engine-launch.engine"] = Field(default=ENGINE_FILE_SCHEMA, alias="schema")
     schema_version: Literal[1] = 1
     engine: str

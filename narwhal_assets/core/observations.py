@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from narwhal_assets.core.records import Record
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-
-class Gpu(_Model):
+class Gpu(Record):
     """One row of `nvidia-smi --query-gpu=index,uuid,name,memory.total,pci.bus_id`."""
 
     index: int
@@ -24,14 +22,14 @@ class Gpu(_Model):
     pci_bus_id: str
 
 
-class NetAddress(_Model):
+class NetAddress(Record):
     family: Literal["inet", "inet6"]
     address: str
     prefixlen: int
     scope: str = "global"
 
 
-class NetInterface(_Model):
+class NetInterface(Record):
     """One interface from `ip -json address`, with `/sys/class/net/<if>/speed` (Mbit/s; None if unknown)."""
 
     name: str
@@ -41,7 +39,7 @@ class NetInterface(_Model):
     speed_mbps: int | None = None
 
 
-class RdmaPort(_Model):
+class RdmaPort(Record):
     """One port of `/sys/class/infiniband/<device>/ports/<port>`."""
 
     device: str
@@ -56,7 +54,7 @@ class RdmaPort(_Model):
         return self.state.upper().endswith("ACTIVE")
 
 
-class ImageObservation(_Model):
+class ImageObservation(Record):
     """`docker image inspect` of the configured engine image: its immutable id and repo digests."""
 
     reference: str
@@ -64,7 +62,7 @@ class ImageObservation(_Model):
     repo_digests: list[str] = Field(default_factory=list)
 
 
-class CheckpointFile(_Model):
+class CheckpointFile(Record):
     """One regular file of a model directory (symlinks followed); `path` is relative, POSIX."""
 
     path: str
@@ -74,7 +72,7 @@ class CheckpointFile(_Model):
     inode: int
 
 
-class CheckpointDigest(_Model):
+class CheckpointDigest(Record):
     """`engine-<n>-checkpoint.json`: per-file hashes plus the tree digest (see README for its definition)."""
 
     schema_: Literal["narwhal.checkpoint"] = Field(default="narwhal.checkpoint", alias="schema")
@@ -89,7 +87,7 @@ class CheckpointDigest(_Model):
     files_reused: int
 
 
-class ModelObservation(_Model):
+class ModelObservation(Record):
     """An engine role's model directory: its config (hash and parsed content) and checkpoint summary."""
 
     model_dir: str
@@ -99,7 +97,7 @@ class ModelObservation(_Model):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
-class HostObservation(_Model):
+class HostObservation(Record):
     """`<host-id>.json` in the discovery run directory."""
 
     schema_: Literal["narwhal.host-observation"] = Field(default="narwhal.host-observation", alias="schema")

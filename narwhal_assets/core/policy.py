@@ -16,6 +16,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.records import SHA256_RE
 from narwhal_assets.core.settings import Layer, Settings
 
 PREFIX = "NARWHAL_"
@@ -67,38 +68,67 @@ class PolicyField:
 
 
 FIELDS: tuple[PolicyField, ...] = (
-    PolicyField("ENGINE_IMAGE", None, "engine image, pinned: `sha256:<64 hex>` or `<name>@sha256:<64 hex>`; "
-                "discovery pins it per node as the observed image id", required=True),
+    PolicyField(
+        "ENGINE_IMAGE",
+        None,
+        "engine image, pinned: `sha256:<64 hex>` or `<name>@sha256:<64 hex>`; "
+        "discovery pins it per node as the observed image id",
+        required=True,
+    ),
     PolicyField("ENGINE_MODEL_NAME", None, "served model name (`--served-model-name`, fleet `model`)", required=True),
-    PolicyField("MODEL_DIR", None, "absolute model directory on the engine host, mounted read-only at the "
-                "same path", required=True),
+    PolicyField(
+        "MODEL_DIR",
+        None,
+        "absolute model directory on the engine host, mounted read-only at the same path",
+        required=True,
+    ),
     PolicyField("RUN_DIR", None, "engine run directory on the host (cache captures, logs)", required=True),
-    PolicyField("MODEL_CONFIG_SHA256", None, "SHA-256 of `MODEL_DIR/config.json`; discovery records it per node; "
-                "setting it in `.env` pins it", required=True),
-    PolicyField("FABRIC_INTERFACE", None, "interface carrying KV-cache transfer; its global address is the "
-                "node's fabric IP", required=True),
+    PolicyField(
+        "MODEL_CONFIG_SHA256",
+        None,
+        "SHA-256 of `MODEL_DIR/config.json`; discovery records it per node; setting it in `.env` pins it",
+        required=True,
+    ),
+    PolicyField(
+        "FABRIC_INTERFACE",
+        None,
+        "interface carrying KV-cache transfer; its global address is the node's fabric IP",
+        required=True,
+    ),
     PolicyField("ENGINE_PORT", "8000", "engine HTTP port (`--port`)", required=True),
     PolicyField("ATTEST_PORT", "8001", "attestation endpoint port", required=True),
-    PolicyField("NIXL_SIDE_CHANNEL_PORT", "5600", "NIXL side-channel base port; one more port per TP rank above "
-                "it is reserved", required=True),
+    PolicyField(
+        "NIXL_SIDE_CHANNEL_PORT",
+        "5600",
+        "NIXL side-channel base port; one more port per TP rank above it is reserved",
+        required=True,
+    ),
     PolicyField("UCX_TCP_PORT_RANGE", "50000-50999", "`UCX_TCP_PORT_RANGE` `A-B`, at most 2049 ports", required=True),
-    PolicyField("MAX_MODEL_LEN", "16384", "`--max-model-len`; the default is capped by the model's "
-                "`max_position_embeddings`"),
+    PolicyField(
+        "MAX_MODEL_LEN", "16384", "`--max-model-len`; the default is capped by the model's `max_position_embeddings`"
+    ),
     PolicyField("MAX_NUM_SEQS", "8", "`--max-num-seqs` (also the profiling limit)"),
     PolicyField("GPU_MEMORY_UTILIZATION", "0.9", "`--gpu-memory-utilization`, in (0, 1]"),
     PolicyField("KV_BLOCK_SIZE", "128", "`--block-size` (KV-cache block, tokens)"),
     PolicyField("KV_CACHE_DTYPE", "auto", "`--kv-cache-dtype`: auto, fp8, fp8_e4m3 or fp8_e5m2"),
     PolicyField("ENFORCE_EAGER", "1", "`--enforce-eager` when 1 (eager execution), omitted when 0"),
     PolicyField("TRANSFER_TRANSPORT", "ucx_tcp", "`ucx_tcp` or `ucx_rdma` (needs an ACTIVE RDMA port)"),
-    PolicyField("UCX_GPU_TLS", "cuda_copy,cuda_ipc", "GPU transports appended to `UCX_TLS` (cuda_copy, "
-                "cuda_ipc, gdr_copy)"),
-    PolicyField("TENSOR_PARALLEL_SIZE", None, "`--tensor-parallel-size`, 1..allocated GPUs; default: the "
-                "number of allocated GPUs"),
-    PolicyField("GPU_IDS", None, "comma-separated GPU indices or UUIDs; default: every observed GPU; required "
-                "per node (`NARWHAL_NODE_<n>_GPU_IDS`) for engines that share a host"),
+    PolicyField(
+        "UCX_GPU_TLS", "cuda_copy,cuda_ipc", "GPU transports appended to `UCX_TLS` (cuda_copy, cuda_ipc, gdr_copy)"
+    ),
+    PolicyField(
+        "TENSOR_PARALLEL_SIZE",
+        None,
+        "`--tensor-parallel-size`, 1..allocated GPUs; default: the number of allocated GPUs",
+    ),
+    PolicyField(
+        "GPU_IDS",
+        None,
+        "comma-separated GPU indices or UUIDs; default: every observed GPU; required "
+        "per node (`NARWHAL_NODE_<n>_GPU_IDS`) for engines that share a host",
+    ),
     PolicyField("EXTRA_ENGINE_ARGS", "", "extra engine flags, shell-quoted; each flag must be allow-listed"),
-    PolicyField("ENGINE_ENV", "", "extra engine environment, shell-quoted `NAME=value` words; names "
-                "allow-listed"),
+    PolicyField("ENGINE_ENV", "", "extra engine environment, shell-quoted `NAME=value` words; names allow-listed"),
 )
 FIELD_BY_NAME = {f.name: f for f in FIELDS}
 REQUIRED_FIELDS = tuple(f for f in FIELDS if f.required)
@@ -148,10 +178,12 @@ def resolve_engine_field(settings: Settings, n: int, field: str) -> Resolved:
     if node is not None:
         value, layer = node
         if spec.required and not value:
-            raise InputError([
-                f"engine-{n}: {spec.node_variable(n)} is set but empty; {spec.variable} is required "
-                f"(remove the override to use {spec.variable}, or give it a value)"
-            ])
+            raise InputError(
+                [
+                    f"engine-{n}: {spec.node_variable(n)} is set but empty; {spec.variable} is required "
+                    f"(remove the override to use {spec.variable}, or give it a value)"
+                ]
+            )
         source = _LAYERS[layer] if layer in (Layer.DEFAULT, Layer.DISCOVERED) else SourceLayer.NODE_OVERRIDE
         return Resolved(value, source, spec.node_variable(n), spec)
     fleet = settings.lookup(spec.variable)
@@ -175,8 +207,9 @@ def operator_value(settings: Settings, n: int, field: str) -> Resolved | None:
     Discovered values are left out on purpose: a pin is checked against what discovery observes now, not
     against what an earlier discovery wrote.
     """
-    operator_layers = tuple((layer, values) for layer, values in settings.layers
-                            if layer in (Layer.DOTENV, Layer.PROCESS))
+    operator_layers = tuple(
+        (layer, values) for layer, values in settings.layers if layer in (Layer.DOTENV, Layer.PROCESS)
+    )
     resolved = resolve_engine_field(replace(settings, layers=operator_layers), n, field)
     return None if resolved.layer is SourceLayer.DEFAULT else resolved
 
@@ -220,17 +253,19 @@ def parse_list(resolved: Resolved, n: int, allowed: tuple[str, ...]) -> list[str
     return items
 
 
-IMAGE_ID_RE = re.compile(r"sha256:[0-9a-f]{64}")
 PINNED_IMAGE_RE = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._/:-]*@)?sha256:[0-9a-f]{64}")
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
 INTERFACE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
 
 
 def parse_image(resolved: Resolved, n: int) -> str:
     """Engine images are pinned so every host runs the bytes discovery inspected."""
     if not PINNED_IMAGE_RE.fullmatch(resolved.value or ""):
-        raise InputError([f"engine-{n}: {resolved.name} is not pinned; use sha256:<64 hex> or "
-                          "<name>@sha256:<64 hex> (discovery records the observed id per node)"])
+        raise InputError(
+            [
+                f"engine-{n}: {resolved.name} is not pinned; use sha256:<64 hex> or "
+                "<name>@sha256:<64 hex> (discovery records the observed id per node)"
+            ]
+        )
     return resolved.value or ""
 
 

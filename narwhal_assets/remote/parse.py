@@ -29,6 +29,7 @@ from narwhal_assets.core.observations import (
     NetInterface,
     RdmaPort,
 )
+from narwhal_assets.core.records import IMAGE_ID_RE, SHA256_RE
 
 PROBE_SCHEMA = "narwhal.probe"
 PROBE_SCHEMA_VERSION = 1
@@ -36,8 +37,6 @@ NVIDIA_SMI = "nvidia-smi"
 IP = "ip -json address"
 DOCKER = "docker image inspect"
 GPU_FIELDS = ("index", "uuid", "name", "memory.total", "pci.bus_id")
-IMAGE_ID_RE = re.compile(r"sha256:[0-9a-f]{64}")
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
 MACHINE_ID_RE = re.compile(r"[0-9a-f]{32}")
 BOOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 EXCERPT = 200

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +17,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "sim_fleet_factory" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.fleet)
+
+
+@pytest.fixture(autouse=True)
+def checkout_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Each test's checkout alone decides settings: no NARWHAL_* from the caller, a private DAGSTER_HOME."""
+    for name in list(os.environ):
+        if name.startswith("NARWHAL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
 
 
 @pytest.fixture(scope="session")

@@ -82,14 +82,6 @@ def ssh_config(fleet: SimFleet, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return path
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("NARWHAL_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-
-
 @pytest.fixture
 def checkout(tmp_path: Path, fleet: SimFleet, ssh_config: Path) -> Path:
     return make_checkout(tmp_path / "checkout", fleet, ssh_config)

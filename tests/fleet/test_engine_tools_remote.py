@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -30,14 +29,6 @@ from narwhal_assets.ssh.trust import TrustMode
 MODEL = "tiny"
 CONFIG = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 4096}
 TOOLS = "tools"
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("NARWHAL_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
 
 
 @pytest.fixture

@@ -50,14 +50,6 @@ def fleet(sim_fleet_factory: Callable[..., SimFleet]) -> SimFleet:
     return fleet
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("NARWHAL_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-
-
 def make_checkout(root: Path, fleet: SimFleet, roles: dict[str, str] = ROLES) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / ".env").write_text("\n".join(fleet.env_lines(roles)) + "\n", encoding="utf-8")
