@@ -5,11 +5,11 @@ from __future__ import annotations
 import dagster as dg
 
 from narwhal_assets.assets.checks import checkpoint_replicas_agree, generated_files_private, known_hosts_cover_inventory
-from narwhal_assets.assets.discovery import discovered_config, host_discovery, profiling_limits
+from narwhal_assets.assets.discovery import discovered_config, host_discovery
 from narwhal_assets.assets.inventory import host_inventory
 from narwhal_assets.resources import NarwhalSettings, SshSettings
 
-ALL_ASSETS = [host_inventory, host_discovery, discovered_config, profiling_limits]
+ALL_ASSETS = [host_inventory, host_discovery, discovered_config]
 ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     known_hosts_cover_inventory,
     checkpoint_replicas_agree,

@@ -7,11 +7,8 @@ from pathlib import Path
 import dagster as dg
 
 from narwhal_assets.core.errors import NarwhalError
-from narwhal_assets.core.fleet import Fleet
-from narwhal_assets.core.jsonfile import load_json_model, render_json
-from narwhal_assets.core.launch_models import EngineLaunchConfig
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
-from narwhal_assets.core.profiling import build_profiling_limits, max_num_seqs
+from narwhal_assets.core.profiling import max_num_seqs
 from narwhal_assets.discovery import (
     DiscoveryRun,
     archive_previous,
@@ -24,7 +21,6 @@ from narwhal_assets.discovery import (
     publish_config,
 )
 from narwhal_assets.inventory_file import current_inventory
-from narwhal_assets.privatefiles import write_private
 from narwhal_assets.resources import NarwhalSettings, SshSettings
 from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.transport import HostConnection
@@ -117,10 +113,13 @@ def host_discovery(
                      description="config/engine-launch.local.json and engine-launch.sources.json"),
         dg.AssetSpec("fleet", deps=["engine_launch_records"], group_name=GROUP, kinds={"json"},
                      description="config/fleet.json: the router's fleet description"),
+        dg.AssetSpec("profiling_limits", deps=["fleet", "engine_launch_records"], group_name=GROUP, kinds={"json"},
+                     description="config/profiling-limits.json (beside the fleet): each engine's --max-num-seqs"),
     ],
 )  # fmt: skip
 def discovered_config(context: dg.AssetExecutionContext, narwhal: NarwhalSettings) -> Iterator[dg.MaterializeResult]:
-    """Build the set from the latest observations and replace the files together (old set archived)."""
+    """Build the set (deployment.env, launch records, fleet, profiling limits) from the latest observations
+    and replace the files together, the previous set archived in the run directory."""
     settings = operator_settings(narwhal.load())
     run = DiscoveryRun.load(latest_run_dir(context.instance))
     inventory = current_inventory(settings)
@@ -155,19 +154,12 @@ def discovered_config(context: dg.AssetExecutionContext, narwhal: NarwhalSetting
             "files": dg.MetadataValue.json(digests),
         },
     )
-
-
-@dg.asset(group_name=GROUP, deps=["fleet", "engine_launch_records"], kinds={"json"})
-def profiling_limits(narwhal: NarwhalSettings) -> dg.MaterializeResult:
-    """profiling-limits.json beside the fleet file: each engine's --max-num-seqs from its launch record."""
-    settings = narwhal.load()
-    fleet = load_json_model(settings.fleet_path, Fleet)
-    limits = build_profiling_limits(fleet, load_json_model(settings.launch_config_path, EngineLaunchConfig))
-    path = profiling_limits_path(settings)
-    digest = write_private(path, render_json(limits))
-    return dg.MaterializeResult(
-        metadata={"path": dg.MetadataValue.path(str(path)), "limits": dg.MetadataValue.json(limits.engines)},
-        data_version=dg.DataVersion(digest),
+    yield dg.MaterializeResult(
+        asset_key="profiling_limits",
+        metadata={
+            "path": dg.MetadataValue.path(str(profiling_limits_path(settings))),
+            "limits": dg.MetadataValue.json(generated.profiling.engines),
+        },
     )
 
 
