@@ -81,3 +81,14 @@ def test_dagster_asset_materialize_from_a_checkout(tmp_path: Path) -> None:
         assert run.status == dg.DagsterRunStatus.SUCCESS
         logs = "\n".join(dg.serialize_value(entry) for entry in instance.all_logs(run.run_id))
         assert "host_inventory" in logs and "SENTINEL" not in logs
+
+
+def test_dg_check_defs(tmp_path: Path) -> None:
+    """`[tool.dg]` in pyproject.toml makes the project loadable by `dg` too (HOME isolated: dg writes there)."""
+    dg_cli = Path(sys.executable).parent / "dg"
+    env = {**cli_env(tmp_path / "dagster_home"), "HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [str(dg_cli), "check", "defs"], cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "All definitions loaded successfully" in done.stdout + done.stderr
