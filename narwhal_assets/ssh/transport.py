@@ -179,7 +179,7 @@ class Connector:
         sock = None
         try:
             for jump in _flatten_jumps(endpoint):
-                hop, _ = self._open(access, jump, sock, password=None)
+                hop, _ = self._open(access, jump, sock, password=None, hop=True)
                 hops.append(hop)
                 sock = self._tunnel(access, hop, jump, endpoint)
         except BaseException:
@@ -209,11 +209,18 @@ class Connector:
         return transport, HostKey(key.get_name(), key.get_base64())
 
     def _open(
-        self, access: HostAccess, endpoint: Endpoint, sock: paramiko.Channel | None, password: str | None
+        self,
+        access: HostAccess,
+        endpoint: Endpoint,
+        sock: paramiko.Channel | None,
+        password: str | None,
+        *,
+        hop: bool = False,
     ) -> tuple[paramiko.Transport, Verdict]:
         transport, presented = self._handshake(access, endpoint, sock)
+        who, hop_of = (endpoint.alias, access.host_id) if hop else (access.host_id, None)
         try:
-            verdict = self.store.verify(access.host_id, endpoint.host, endpoint.port, presented, self.mode)
+            verdict = self.store.verify(who, endpoint.host, endpoint.port, presented, self.mode, hop_of=hop_of)
             _authenticate(transport, endpoint, password, f"host {access.host_id} ({endpoint.address})")
             transport.set_keepalive(15)
         except BaseException:

@@ -42,6 +42,18 @@ class HostKey:
 
 
 @dataclass(frozen=True)
+class Subject:
+    """Whose key is checked: an inventory host, or a ProxyJump hop (by alias) on the way to one."""
+
+    host_id: str
+    hop_of: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"host {self.host_id}" if self.hop_of is None else f"ProxyJump hop {self.host_id} of host {self.hop_of}"
+
+
+@dataclass(frozen=True)
 class Verdict:
     """How a presented key was accepted: already `known`, or `added` by accept-new."""
 
@@ -121,7 +133,7 @@ class KnownHostsStore:
     def __init__(self, path: Path, *, staged: bool = False) -> None:
         self.path = path
         self.staged = staged
-        self._pending: list[tuple[str, str, int, HostKey]] = []
+        self._pending: list[tuple[Subject, str, int, HostKey]] = []
 
     def keys_for(self, host: str, port: int) -> list[HostKey]:
         """Recorded keys for this host (plain or hashed names); a `@revoked` key counts as changed."""
@@ -132,46 +144,53 @@ class KnownHostsStore:
         name = host_pattern(host, port)
         return {line.key for line in self._lines() if line.key and line.marker == "@revoked" and line.matches(name)}
 
-    def verify(self, host_id: str, host: str, port: int, presented: HostKey, mode: TrustMode) -> Verdict:
-        """Accept a known key; in accept-new mode record an unknown one; refuse everything else."""
+    def verify(
+        self, host_id: str, host: str, port: int, presented: HostKey, mode: TrustMode, *, hop_of: str | None = None
+    ) -> Verdict:
+        """Accept a known key; in accept-new mode record an unknown one; refuse everything else.
+
+        `hop_of` names the inventory host when this key belongs to one of its ProxyJump hops (`host_id` is
+        then the hop's alias), so messages and the suggested `trust` command point at the right machine.
+        """
+        subject = Subject(host_id, hop_of)
         recorded = self.keys_for(host, port)
         if presented in recorded and presented not in self.revoked(host, port):
             return Verdict("known", presented.fingerprint)
         if recorded or presented in self.revoked(host, port):
-            raise self._changed(host_id, host, port, recorded, presented)
+            raise self._changed(subject, host, port, recorded, presented)
         if mode is not TrustMode.ACCEPT_NEW:
             raise HostKeyUnknown(
-                f"host {host_id} ({host_pattern(host, port)}): host key {presented.fingerprint} is not in "
+                f"{subject.label} ({host_pattern(host, port)}): host key {presented.fingerprint} is not in "
                 f"{self.path}; run `deploy-hosts discover` to enrol it (accept-new), then retry"
             )
         if self.staged:
-            return self._stage(host_id, host, port, presented)
-        return self._enrol(host_id, host, port, presented)
+            return self._stage(subject, host, port, presented)
+        return self._enrol(subject, host, port, presented)
 
     def commit(self) -> list[str]:
         """Append every staged enrolment (re-checked under the lock); returns the fingerprints added."""
         added = []
-        for host_id, host, port, key in self._pending:
-            if self._enrol(host_id, host, port, key).outcome == "added":
+        for subject, host, port, key in self._pending:
+            if self._enrol(subject, host, port, key).outcome == "added":
                 added.append(key.fingerprint)
         self._pending.clear()
         return added
 
-    def _stage(self, host_id: str, host: str, port: int, presented: HostKey) -> Verdict:
+    def _stage(self, subject: Subject, host: str, port: int, presented: HostKey) -> Verdict:
         staged = [key for _, h, p, key in self._pending if (h, p) == (host, port)]
         if staged and presented not in staged:
-            raise self._changed(host_id, host, port, staged, presented)
+            raise self._changed(subject, host, port, staged, presented)
         if not staged:
-            self._pending.append((host_id, host, port, presented))
+            self._pending.append((subject, host, port, presented))
         return Verdict("added", presented.fingerprint)
 
-    def _enrol(self, host_id: str, host: str, port: int, presented: HostKey) -> Verdict:
+    def _enrol(self, subject: Subject, host: str, port: int, presented: HostKey) -> Verdict:
         with self._locked():
             recorded = self.keys_for(host, port)
             if presented in recorded:
                 return Verdict("known", presented.fingerprint)
             if recorded:
-                raise self._changed(host_id, host, port, recorded, presented)
+                raise self._changed(subject, host, port, recorded, presented)
             self._append(f"{host_pattern(host, port)} {presented.key_type} {presented.blob_b64}\n")
         return Verdict("added", presented.fingerprint)
 
@@ -194,14 +213,15 @@ class KnownHostsStore:
         return [key.fingerprint for key in self.keys_for(host, port)]
 
     def _changed(
-        self, host_id: str, host: str, port: int, recorded: list[HostKey], presented: HostKey
+        self, subject: Subject, host: str, port: int, recorded: list[HostKey], presented: HostKey
     ) -> HostKeyChanged:
         shown = ", ".join(f"{k.key_type} {k.fingerprint}" for k in recorded) or "a revoked key"
+        target = subject.host_id if subject.hop_of is None else f"<id of the inventory host at {host}>"
         return HostKeyChanged(
-            f"host {host_id} ({host_pattern(host, port)}): HOST KEY CHANGED: {self.path} records {shown}, "
+            f"{subject.label} ({host_pattern(host, port)}): HOST KEY CHANGED: {self.path} records {shown}, "
             f"the server presented {presented.key_type} {presented.fingerprint}. Refusing to connect. If the "
             f"change is expected, verify the new key through the private access source, then run "
-            f"`deploy-hosts trust --host {host_id} --fingerprint {presented.fingerprint}`"
+            f"`deploy-hosts trust --host {target} --fingerprint {presented.fingerprint}`"
         )
 
     def _lines(self) -> list[_Line]:
