@@ -33,7 +33,7 @@ def operator_instance(root: Path) -> dg.DagsterInstance:
 
 
 def materialize_selection(
-    selection: str | Sequence[str],
+    selection: str | Sequence[str] | dg.AssetSelection,
     instance: dg.DagsterInstance,
     root: Path,
     *,

@@ -67,7 +67,7 @@ def host_discovery(
         if failures:
             raise NarwhalError("\n".join(failures))
         connector.store.commit()
-        yield _known_hosts_result(connector.store.path, results)
+        yield _known_hosts_result(connector.store.path, {h: r for h, r in results.items() if isinstance(r, dict)})
         return
     previous = latest_complete_run(settings)
     run = DiscoveryRun(new_run_dir(settings))

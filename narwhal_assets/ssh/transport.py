@@ -94,7 +94,10 @@ class HostConnection:
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None:
         """Write `data` to `remote_path` (created with `mode` before any byte is written)."""
         try:
-            with paramiko.SFTPClient.from_transport(self.transport) as sftp, sftp.open(remote_path, "wb") as handle:
+            sftp = paramiko.SFTPClient.from_transport(self.transport)
+            if sftp is None:
+                raise paramiko.SSHException("the server refused the SFTP subsystem")
+            with sftp, sftp.open(remote_path, "wb") as handle:
                 handle.chmod(mode)
                 handle.write(data)
         except (paramiko.SSHException, OSError) as exc:
