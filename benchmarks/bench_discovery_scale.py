@@ -11,6 +11,8 @@ Both runs use the same process, the same simulated-fleet harness and a warm Pyth
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
 import tempfile
@@ -36,8 +38,9 @@ def sshd_connections(fleet: SimFleet) -> int:
     )
 
 
-def discover(workdir: Path, hosts: int, repeat: int) -> tuple[float, float]:
-    """Best discovery wall time for a fleet of `hosts`, and SSH connections per host per discovery."""
+def discover(workdir: Path, hosts: int, repeat: int) -> tuple[float, float, float]:
+    """Best discovery wall time for a fleet of `hosts`, the workstation CPU seconds of that run, and SSH
+    connections per host per discovery."""
     with SimFleet(workdir / f"fleet{hosts}") as fleet:
         for number in range(1, hosts + 1):
             fleet.add_host(f"h{number}", gpus=1)
@@ -49,14 +52,17 @@ def discover(workdir: Path, hosts: int, repeat: int) -> tuple[float, float]:
         image = f"NARWHAL_ENGINE_IMAGE={fleet.host('h1').image_ref}"
         (root / ".env").write_text("\n".join([*fleet.env_lines(roles), image, *ENGINE_ENV]) + "\n")
         os.environ["DAGSTER_HOME"] = str(root / "runs" / "dagster")
-        best = float("inf")
+        best, best_cpu = float("inf"), 0.0
         before = sshd_connections(fleet)
         for _ in range(repeat):
-            started = time.perf_counter()
-            if deploy_hosts(["--root", str(root), "discover"]) != 0:
+            started, cpu = time.perf_counter(), time.process_time()
+            with contextlib.redirect_stdout(io.StringIO()):
+                rc = deploy_hosts(["--root", str(root), "discover"])
+            if rc != 0:
                 raise SystemExit("discovery failed")
-            best = min(best, time.perf_counter() - started)
-        return best, (sshd_connections(fleet) - before) / (hosts * repeat)
+            if time.perf_counter() - started < best:
+                best, best_cpu = time.perf_counter() - started, time.process_time() - cpu
+        return best, best_cpu, (sshd_connections(fleet) - before) / (hosts * repeat)
 
 
 def main() -> None:
@@ -67,12 +73,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="narwhal-bench-") as tmp:
         workdir = Path(tmp)
         workdir.chmod(0o711)
-        one, one_conn = discover(workdir, 2, args.repeat)
-        many, many_conn = discover(workdir, args.hosts, args.repeat)
-    print(f"{'fleet':<12}{'discover s':>12}{'ssh conn/host':>16}")
-    print(f"{'2 hosts':<12}{one:>12.2f}{one_conn:>16.2f}")
-    print(f"{args.hosts} hosts".ljust(12) + f"{many:>12.2f}{many_conn:>16.2f}")
-    print(f"ratio {args.hosts} hosts / 2 hosts: {many / one:.2f} (target < 2.0; {os.cpu_count()} CPUs here)")
+        one, one_cpu, one_conn = discover(workdir, 2, args.repeat)
+        many, many_cpu, many_conn = discover(workdir, args.hosts, args.repeat)
+    print(f"{'fleet':<12}{'discover s':>12}{'workstation cpu s':>20}{'ssh conn/host':>16}")
+    print(f"{'2 hosts':<12}{one:>12.2f}{one_cpu:>20.2f}{one_conn:>16.2f}")
+    print(f"{args.hosts} hosts".ljust(12) + f"{many:>12.2f}{many_cpu:>20.2f}{many_conn:>16.2f}")
+    print(f"ratio {args.hosts} hosts / 2 hosts: {many / one:.2f} (target < 2.0; {os.cpu_count()} CPUs here, shared by")
+    print("the workstation and every simulated host's sshd and probe, which real hosts run on their own CPUs)")
 
 
 if __name__ == "__main__":
