@@ -17,8 +17,14 @@ ALL_CHECKS: list[dg.AssetChecksDefinition] = [
 ]
 
 
+DISCOVERY = dg.AssetSelection.groups("discovery")
+# The main job: what `deploy-hosts discover` materializes, runnable (and schedulable) from the UI too.
+discovery_job = dg.define_asset_job("discovery_job", selection=DISCOVERY, description="Inventory, host keys, "
+                                    "observations, checkpoint digests and the discovered config set")  # fmt: skip
+
+
 def resources() -> dict[str, object]:
     return {"narwhal": NarwhalSettings(), "ssh": SshSettings()}
 
 
-defs = dg.Definitions(assets=ALL_ASSETS, asset_checks=ALL_CHECKS, resources=resources())
+defs = dg.Definitions(assets=ALL_ASSETS, asset_checks=ALL_CHECKS, jobs=[discovery_job], resources=resources())

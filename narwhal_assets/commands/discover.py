@@ -8,15 +8,14 @@ from pathlib import Path
 import dagster as dg
 
 from narwhal_assets.assets.discovery import OBSERVATIONS
+from narwhal_assets.definitions import DISCOVERY
 from narwhal_assets.discovery import DiscoveryRun
 from narwhal_assets.runner import materialize_selection, operator_instance
-
-DISCOVERY_ASSETS = dg.AssetSelection.groups("discovery")
 
 
 def run(args: argparse.Namespace) -> int:
     config = {"ops": {"host_discovery": {"config": {"full_hash": bool(args.full_hash)}}}}
-    result = materialize_selection(DISCOVERY_ASSETS, operator_instance(args.root), args.root, run_config=config)
+    result = materialize_selection(DISCOVERY, operator_instance(args.root), args.root, run_config=config)
     latest = DiscoveryRun.load(_run_dir(result))
     print(f"discovery run {latest.run_dir}")
     for host_id, obs in sorted(latest.observations.items()):

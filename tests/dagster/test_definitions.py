@@ -92,3 +92,12 @@ def test_dg_check_defs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "All definitions loaded successfully" in done.stdout + done.stderr
+
+
+def test_the_main_job_covers_the_discovery_group() -> None:
+    job = defs.resolve_job_def("discovery_job")
+    keys = {key.to_user_string() for key in job.asset_layer.selected_asset_keys}
+    assert keys == {
+        "host_inventory", "ssh_known_hosts", "host_observations", "checkpoint_digests",
+        "deployment_env", "engine_launch_records", "fleet", "profiling_limits",
+    }  # fmt: skip
