@@ -18,6 +18,7 @@ from pathlib import Path
 import paramiko
 
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.ssh.trust import format_address
 
 DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 MAX_JUMPS = 8
@@ -39,7 +40,7 @@ class Endpoint:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return format_address(self.host, self.port)
 
 
 def resolve_endpoint(destination: str, ssh_config: Path | None, *, depth: int = 0) -> Endpoint:

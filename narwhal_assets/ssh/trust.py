@@ -78,6 +78,11 @@ def fingerprint_of(blob: bytes) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
+def format_address(host: str, port: int) -> str:
+    """`host:port` for messages (IPv6 in brackets), always with the port."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def host_pattern(host: str, port: int) -> str:
     """The name OpenSSH looks up: `host`, or `[host]:port` when the port is not 22."""
     return host if port == 22 else f"[{host}]:{port}"
@@ -160,7 +165,7 @@ class KnownHostsStore:
             raise self._changed(subject, host, port, recorded, presented)
         if mode is not TrustMode.ACCEPT_NEW:
             raise HostKeyUnknown(
-                f"{subject.label} ({host_pattern(host, port)}): host key {presented.fingerprint} is not in "
+                f"{subject.label} ({format_address(host, port)}): host key {presented.fingerprint} is not in "
                 f"{self.path}; run `deploy-hosts discover` to enrol it (accept-new), then retry"
             )
         if self.staged:
@@ -198,7 +203,7 @@ class KnownHostsStore:
         """Swap this host's entries for `presented`, only when it has the operator-verified fingerprint."""
         if presented.fingerprint != approved_fingerprint:
             raise HostKeyChanged(
-                f"host {host_id} ({host_pattern(host, port)}): presented key {presented.fingerprint} does not "
+                f"host {host_id} ({format_address(host, port)}): presented key {presented.fingerprint} does not "
                 f"match the verified fingerprint {approved_fingerprint}; nothing changed"
             )
         name = host_pattern(host, port)
@@ -218,7 +223,7 @@ class KnownHostsStore:
         shown = ", ".join(f"{k.key_type} {k.fingerprint}" for k in recorded) or "a revoked key"
         target = subject.host_id if subject.hop_of is None else f"<id of the inventory host at {host}>"
         return HostKeyChanged(
-            f"{subject.label} ({host_pattern(host, port)}): HOST KEY CHANGED: {self.path} records {shown}, "
+            f"{subject.label} ({format_address(host, port)}): HOST KEY CHANGED: {self.path} records {shown}, "
             f"the server presented {presented.key_type} {presented.fingerprint}. Refusing to connect. If the "
             f"change is expected, verify the new key through the private access source, then run "
             f"`deploy-hosts trust --host {target} --fingerprint {presented.fingerprint}`"

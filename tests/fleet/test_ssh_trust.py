@@ -134,7 +134,7 @@ def test_rotated_key_is_refused_in_both_modes_and_trust_replaces_only_that_entry
     with pytest.raises(NarwhalError) as changed:
         enrol(root)
     message = str(changed.value)
-    assert "host node-1" in message and "HOST KEY CHANGED" in message
+    assert f"host node-1 ({fleet.host('h1').address}:22)" in message and "HOST KEY CHANGED" in message
     assert any(fp in message for fp in old) and any(fp in message for fp in new)
     assert "deploy-hosts trust --host node-1 --fingerprint SHA256:" in message
     assert store_path.read_bytes() == before
@@ -395,7 +395,7 @@ def test_changed_key_on_a_bastion_refuses_the_host_behind_it(
     fleet.rotate_host_key("h1")
     rc, _, err = cli(root, "check-access", "--host", "node-2", capsys=capsys)
     assert rc == 1 and "HOST KEY CHANGED" in err
-    assert f"ProxyJump hop h1 of host node-2 ({fleet.host('h1').address})" in err
+    assert f"ProxyJump hop h1 of host node-2 ({fleet.host('h1').address}:22)" in err
     assert f"--host <id of the inventory host at {fleet.host('h1').address}>" in err
 
 

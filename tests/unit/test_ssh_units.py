@@ -72,7 +72,7 @@ def test_accept_new_appends_without_rewriting_and_strict_refuses_unknown(tmp_pat
     original = f"# keep me\n{hashed('other')} {b.key_type} {b.blob_b64}"  # no trailing newline
     store_path.write_text(original)
     store = KnownHostsStore(store_path)
-    with pytest.raises(HostKeyUnknown, match="host node-1 \\(h1\\): host key SHA256:"):
+    with pytest.raises(HostKeyUnknown, match="host node-1 \\(h1:22\\): host key SHA256:"):
         store.verify("node-1", "h1", 22, a, TrustMode.STRICT)
     assert store.verify("node-1", "h1", 22, a, TrustMode.ACCEPT_NEW).outcome == "added"
     text = store_path.read_text()
