@@ -26,7 +26,7 @@ from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.policy import resolve_engine_field
 from narwhal_assets.core.profiling import ProfilingLimits, build_profiling_limits
 from narwhal_assets.core.settings import DEPLOYMENT_ENV, Layer, Settings
-from narwhal_assets.privatefiles import ensure_private_dir, sha256_file, write_private
+from narwhal_assets.privatefiles import ensure_private_dir, exclusive_lock, sha256_file, write_private
 from narwhal_assets.remote import previous_hashes, probe_script
 from narwhal_assets.remote.parse import ProbeOutputError, parse_probe_output, render_command_log
 from narwhal_assets.ssh.access import host_accesses
@@ -37,6 +37,7 @@ PROBE_TIMEOUT_S = 3600.0
 CHECKPOINT_FILE = "engine-{n}-checkpoint.json"
 ARCHIVE_DIR = "previous-config"
 MANIFEST = "manifest.json"
+PUBLISH_LOCK = ".publish.lock"
 PROFILING_LIMITS_FILE = "profiling-limits.json"
 
 
@@ -232,17 +233,17 @@ def archive_previous(settings: Settings, run: DiscoveryRun, generated: Iterable[
 def publish_config(settings: Settings, run: DiscoveryRun, files: Mapping[Path, str]) -> dict[str, str]:
     """Archive the current set into the run (unless already done), replace every file; returns path -> SHA-256.
 
-    Each file is replaced atomically; the manifest written last marks the run as complete.
+    Each file is replaced atomically; the manifest written last marks the run as complete. Two discoveries
+    publishing at once take turns, so the files on disk always form one run's set.
     """
-    archive_previous(settings, run, files)
-    digests = {_relative(settings, path): write_private(path, text) for path, text in files.items()}
-    for path in (settings.hosts_path, settings.known_hosts_path):
-        if path.is_file():
-            digests[_relative(settings, path)] = sha256_file(path)
-    write_private(
-        run.run_dir / MANIFEST,
-        json.dumps({"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests}, indent=2) + "\n",
-    )
+    with exclusive_lock(settings.path("NARWHAL_DISCOVERY_DIR") / PUBLISH_LOCK):
+        archive_previous(settings, run, files)
+        digests = {_relative(settings, path): write_private(path, text) for path, text in files.items()}
+        for path in (settings.hosts_path, settings.known_hosts_path):
+            if path.is_file():
+                digests[_relative(settings, path)] = sha256_file(path)
+        manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests}
+        write_private(run.run_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return digests
 
 

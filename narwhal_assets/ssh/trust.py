@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import fnmatch
 import hashlib
 import hmac
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from narwhal_assets.core.errors import NarwhalError
-from narwhal_assets.privatefiles import FILE_MODE, ensure_private_dir, write_private
+from narwhal_assets.privatefiles import FILE_MODE, ensure_private_dir, exclusive_lock, write_private
 
 
 class TrustMode(StrEnum):
@@ -248,14 +246,5 @@ class KnownHostsStore:
             os.close(fd)
         os.chmod(self.path, FILE_MODE)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        ensure_private_dir(self.path.parent)
-        lock = self.path.with_name(self.path.name + ".lock")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return exclusive_lock(self.path.with_name(self.path.name + ".lock"))
