@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dagster as dg
 
+# Partition names are global to a Dagster instance; the per-host install asset partitions by this name.
 HOSTS_PARTITIONS_NAME = "narwhal_hosts"
-hosts_partitions = dg.DynamicPartitionsDefinition(name=HOSTS_PARTITIONS_NAME)
 
 
 def sync_host_partitions(instance: dg.DagsterInstance, host_ids: list[str]) -> tuple[list[str], list[str]]:

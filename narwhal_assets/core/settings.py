@@ -86,9 +86,6 @@ class Settings:
     def names(self) -> set[str]:
         return {name for _, values in self.layers for name in values}
 
-    def layer_values(self, layer: Layer) -> Mapping[str, str]:
-        return next((values for lay, values in self.layers if lay == layer), {})
-
     def path(self, name: str) -> Path:
         """A path variable from PATH_DEFAULTS (empty means default), resolved against the checkout.
 

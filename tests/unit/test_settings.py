@@ -38,8 +38,9 @@ def test_precedence_and_reported_layer(tmp_path: Path) -> None:
     assert s.get("MISSING") is None
     assert s.get("MISSING", "fallback") == "fallback"
     assert s.names() == {"A", "B", "C", "D", "E", "F"}
-    assert dict(s.layer_values(Layer.DISCOVERED)) == {"A": "discovered", "B": "discovered", "C": "discovered"}
-    assert dict(s.layer_values(Layer.DOTENV)) == {"B": "dotenv", "C": "dotenv", "D": "dotenv"}
+    layers = dict(s.layers)
+    assert layers[Layer.DISCOVERED] == {"A": "discovered", "B": "discovered", "C": "discovered"}
+    assert layers[Layer.DOTENV] == {"B": "dotenv", "C": "dotenv", "D": "dotenv"}
     assert [layer for layer, _ in s.layers] == [Layer.DEFAULT, Layer.DISCOVERED, Layer.DOTENV, Layer.PROCESS]
 
 
