@@ -17,7 +17,7 @@ from pathlib import Path
 
 from narwhal_assets.core.deployment_env import build_deployment_env, render_deployment_env
 from narwhal_assets.core.digests import compare_replicas
-from narwhal_assets.core.errors import InputError, NarwhalError, raise_if
+from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.core.fleet import Fleet, build_fleet
 from narwhal_assets.core.inventory import HostEntry, Inventory, engine_number
 from narwhal_assets.core.jsonfile import render_json
@@ -175,10 +175,10 @@ def inspect_hosts(
         return observation, digests
 
     outcomes = connector.map_hosts(host_accesses(settings, inventory.hosts), probe)
-    problems: list[str] = []
+    failures: list[NarwhalError] = []
     for host_id, outcome in outcomes.items():
         if isinstance(outcome, NarwhalError):
-            problems += str(outcome).splitlines()
+            failures.append(outcome)
             continue
         observation, digests = outcome
         run.observations[host_id] = observation
@@ -186,9 +186,17 @@ def inspect_hosts(
         for engine, digest in digests.items():
             run.checkpoints[engine] = digest
             write_private(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), render_json(digest))
-    raise_if(problems)
+    raise_together(failures)
     compare_replicas(run.checkpoints)
     return run
+
+
+def raise_together(failures: list[NarwhalError]) -> None:
+    """Every host's failure in one error: bad input (exit 2) only if all of them are input problems."""
+    if not failures:
+        return
+    lines = [line for failure in failures for line in str(failure).splitlines()]
+    raise InputError(lines) if all(isinstance(f, InputError) for f in failures) else NarwhalError("\n".join(lines))
 
 
 def generate_config(settings: Settings, inventory: Inventory, run: DiscoveryRun) -> GeneratedConfig:

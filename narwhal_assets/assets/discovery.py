@@ -19,6 +19,7 @@ from narwhal_assets.discovery import (
     operator_settings,
     profiling_limits_path,
     publish_config,
+    raise_together,
 )
 from narwhal_assets.inventory_file import current_inventory
 from narwhal_assets.resources import NarwhalSettings, SshSettings
@@ -63,9 +64,7 @@ def host_discovery(
     connector = ssh.connector(settings, TrustMode.ACCEPT_NEW, staged=True)
     if context.selected_asset_keys == {KNOWN_HOSTS}:
         results = connector.map_hosts(host_accesses(settings, inventory.hosts), _enrolment)
-        failures = [str(r) for r in results.values() if isinstance(r, NarwhalError)]
-        if failures:
-            raise NarwhalError("\n".join(failures))
+        raise_together([r for r in results.values() if isinstance(r, NarwhalError)])
         connector.store.commit()
         yield _known_hosts_result(connector.store.path, {h: r for h, r in results.items() if isinstance(r, dict)})
         return
