@@ -76,6 +76,17 @@ def enrol(root: Path) -> dict[str, dict[str, str]]:
     return event.materialization.metadata["fingerprints"].value
 
 
+def enrolled_pair(factory: Callable[..., SimFleet], root: Path, via: str | None = None) -> tuple[SimFleet, Path]:
+    """A fresh two-host fleet of its own (for tests that break a host), enrolled in a new checkout."""
+    fleet = factory()
+    fleet.add_host("h1")
+    fleet.add_host("h2", via=via)
+    fleet.start()
+    root = make_checkout(root, fleet, {"engine-1": "h1", "engine-2": "h2"})
+    enrol(root)
+    return fleet, root
+
+
 def store_of(root: Path) -> KnownHostsStore:
     return KnownHostsStore(root / "config" / "ssh.known_hosts")
 
@@ -118,12 +129,7 @@ def test_unknown_host_is_refused_in_strict_mode(
 def test_rotated_key_is_refused_in_both_modes_and_trust_replaces_only_that_entry(
     tmp_path: Path, sim_fleet_factory: Callable[..., SimFleet], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet = sim_fleet_factory()
-    fleet.add_host("h1")
-    fleet.add_host("h2")
-    fleet.start()
-    root = make_checkout(tmp_path / "rot", fleet, {"engine-1": "h1", "engine-2": "h2"})
-    enrol(root)
+    fleet, root = enrolled_pair(sim_fleet_factory, tmp_path / "rot")
     store_path = root / "config" / "ssh.known_hosts"
     before = store_path.read_bytes()
     old = recorded(root, fleet, "h1")
@@ -329,12 +335,7 @@ def test_stopped_host_and_cut_link_fail_clearly_and_bounded_while_others_succeed
 def test_a_killed_sshd_mid_command_is_a_bounded_error(
     tmp_path: Path, sim_fleet_factory: Callable[..., SimFleet]
 ) -> None:
-    fleet = sim_fleet_factory()
-    fleet.add_host("h1")
-    fleet.add_host("h2")
-    fleet.start()
-    root = make_checkout(tmp_path / "kill", fleet, {"engine-1": "h1", "engine-2": "h2"})
-    enrol(root)
+    fleet, root = enrolled_pair(sim_fleet_factory, tmp_path / "kill")
     settings = Settings.load(root)
     entry = current_inventory(settings).host("node-1")
     connector = make_connector(settings, TrustMode.STRICT, command_timeout=20)
@@ -386,12 +387,7 @@ def test_tunnel_forwards_a_local_port_to_the_role_host(checkout: Path, fleet: Si
 def test_changed_key_on_a_bastion_refuses_the_host_behind_it(
     tmp_path: Path, sim_fleet_factory: Callable[..., SimFleet], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet = sim_fleet_factory()
-    fleet.add_host("h1")
-    fleet.add_host("h2", via="h1")
-    fleet.start()
-    root = make_checkout(tmp_path / "bastion", fleet, {"engine-1": "h1", "engine-2": "h2"})
-    enrol(root)
+    fleet, root = enrolled_pair(sim_fleet_factory, tmp_path / "bastion", via="h1")
     fleet.rotate_host_key("h1")
     rc, _, err = cli(root, "check-access", "--host", "node-2", capsys=capsys)
     assert rc == 1 and "HOST KEY CHANGED" in err
