@@ -24,6 +24,9 @@ fi
 
 source "$here/bootstrap.sh"
 stop_fleet
+# A new fleet has new hosts and host keys: start from a fresh demo checkout, or its saved inventory and
+# trust store would (rightly) refuse them.
+rm -rf "$checkout"
 mkdir -p "$checkout"
 chmod 0700 "$demo" "$checkout"
 # The demo checkout's .env: destinations of the simulated hosts plus the engine settings.
