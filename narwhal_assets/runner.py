@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -10,25 +9,24 @@ from typing import Any
 
 import dagster as dg
 
-from narwhal_assets.privatefiles import ensure_private_dir
+from narwhal_assets.privatefiles import ensure_private_dir, write_private
 
 DAGSTER_HOME_DEFAULT = "runs/dagster"
-# Console output of in-process runs: only the CLI's own lines and errors reach the operator.
 INSTANCE_YAML = """\
 # Embedded SQLite storage in this directory; README.md shows the PostgreSQL settings for teams.
 telemetry:
   enabled: false
 """
+# Console output of in-process runs: only the CLI's own lines and errors reach the operator.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def operator_instance(root: Path) -> dg.DagsterInstance:
     """The persistent instance at `DAGSTER_HOME` (default `<root>/runs/dagster`, created 0700)."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(root / DAGSTER_HOME_DEFAULT)))
+    if not (home / "dagster.yaml").exists():
+        write_private(home / "dagster.yaml", INSTANCE_YAML)
     ensure_private_dir(home)
-    config = home / "dagster.yaml"
-    if not config.exists():
-        config.write_text(INSTANCE_YAML)
     return dg.DagsterInstance.get()
 
 
@@ -46,7 +44,6 @@ def materialize_selection(
     from narwhal_assets.resources import NarwhalSettings
 
     config: dict[str, Any] = {**QUIET, **(run_config or {})}
-    logging.getLogger("dagster").setLevel(logging.CRITICAL)
     # In-process execution re-raises an asset's own exception, so a NarwhalError reaches the CLI as itself.
     return dg.materialize(
         [*ALL_ASSETS, *ALL_CHECKS],
