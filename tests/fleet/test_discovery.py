@@ -123,11 +123,12 @@ def discover(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Path
     return Path(match.group(1))
 
 
-def failing_discover(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, Path | None]:
-    """A discovery that must fail; returns stderr and the run directory it created (if any)."""
+def failing_discover(root: Path, capsys: pytest.CaptureFixture[str], rc: int = 2) -> tuple[str, Path | None]:
+    """A discovery that must fail with exit `rc` (2: bad input, 1: a host failed); returns stderr and the
+    run directory it created (if any)."""
     before = set(run_dirs(root))
-    rc, out, err = cli(root, "discover", capsys=capsys)
-    assert rc != 0, out
+    got, out, err = cli(root, "discover", capsys=capsys)
+    assert got == rc, out + err
     assert err.strip(), "a failed discovery explains itself on stderr"
     new = sorted(set(run_dirs(root)) - before)
     assert len(new) <= 1
@@ -423,7 +424,7 @@ def test_unreachable_and_failing_hosts_are_reported_together_and_enrol_nothing(
     before = snapshot(checkout / "config")
     assert set(before) == {"hosts.local.json"}
     with stopped(fleet, "h3"), replaced_file(fleet.host("h2").hostdir / "bin" / "nvidia-smi", BAD_NVIDIA_SMI):
-        err, run = failing_discover(checkout, capsys)
+        err, run = failing_discover(checkout, capsys, rc=1)  # an unreachable host is not bad input
     assert "node-3" in err and "refused" in err
     assert "node-2" in err and "nvidia-smi" in err
     assert snapshot(checkout / "config") == before, "a failed discovery enrolled a host key or wrote config"
