@@ -118,7 +118,10 @@ def host_discovery(
 )  # fmt: skip
 def discovered_config(context: dg.AssetExecutionContext, narwhal: NarwhalSettings) -> Iterator[dg.MaterializeResult]:
     """Build the set (deployment.env, launch records, fleet, profiling limits) from the latest observations
-    and replace the files together, the previous set archived in the run directory."""
+    and replace the files together, the previous set archived in the run directory.
+
+    `host_discovery` builds the same set once to decide whether host keys may be committed; building it
+    again here is pure (no I/O to hosts) and lets the set be regenerated from a stored run alone."""
     settings = operator_settings(narwhal.load())
     run = DiscoveryRun.load(latest_run_dir(context.instance))
     inventory = current_inventory(settings)
