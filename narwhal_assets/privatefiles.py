@@ -60,3 +60,25 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def write_exclusive(path: Path, data: bytes | str) -> str:
+    """Create `path` with `data` at mode 0600, refusing an existing file (prepared inputs are never replaced).
+
+    The content goes to a temporary name first and is linked into place, so a reader never sees a partial
+    file and an existing file (or symlink) at `path` makes this fail with `FileExistsError`.
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    ensure_private_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return hashlib.sha256(raw).hexdigest()

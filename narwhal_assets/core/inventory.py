@@ -13,15 +13,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from narwhal_assets.core.errors import InputError, raise_if
+from narwhal_assets.core.roles import PASSWORD_SUFFIX, ROUTER, ROUTER_SSH, engine_number
 from narwhal_assets.core.settings import Settings
 
-ROUTER = "router"
-ENGINE_ROLE_RE = re.compile(r"engine-([1-9][0-9]*)")
 NODE_SSH_RE = re.compile(r"NARWHAL_NODE_([1-9][0-9]*)_SSH")
 HOST_ID_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ROUTER_SSH = "NARWHAL_ROUTER_SSH"
-PASSWORD_SUFFIX = "_PASSWORD"
+__all__ = ["PASSWORD_SUFFIX", "ROUTER", "ROUTER_SSH", "HostEntry", "Inventory", "engine_number"]
 
 
 class HostEntry(BaseModel):
@@ -67,12 +65,6 @@ class Inventory(BaseModel):
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2) + "\n"
-
-
-def engine_number(role: str) -> int | None:
-    """`engine-3` -> 3; any other role -> None."""
-    match = ENGINE_ROLE_RE.fullmatch(role)
-    return int(match.group(1)) if match else None
 
 
 def destination_variables(settings: Settings) -> dict[str, str]:

@@ -17,6 +17,7 @@ from narwhal_assets.core.errors import InputError, raise_if
 
 DOTENV = ".env"
 DEPLOYMENT_ENV = "config/deployment.env"
+PROFILING_LIMITS_FILE = "profiling-limits.json"
 
 PATH_DEFAULTS = {
     "NARWHAL_HOSTS": "config/hosts.local.json",
@@ -25,6 +26,7 @@ PATH_DEFAULTS = {
     "NARWHAL_LAUNCH_CONFIG": "config/engine-launch.local.json",
     "NARWHAL_LAUNCH_SOURCES": "config/engine-launch.sources.json",
     "NARWHAL_DISCOVERY_DIR": "runs/discovery",
+    "NARWHAL_DEPLOYMENT_ENV_DIR": "runs/deployment-env",
 }
 
 
@@ -109,6 +111,29 @@ class Settings:
     @property
     def launch_config_path(self) -> Path:
         return self.path("NARWHAL_LAUNCH_CONFIG")
+
+    @property
+    def launch_sources_path(self) -> Path:
+        return self.path("NARWHAL_LAUNCH_SOURCES")
+
+    @property
+    def deployment_env_path(self) -> Path:
+        """The discovered layer; fixed, because it is read before any other setting."""
+        return self.root / DEPLOYMENT_ENV
+
+    @property
+    def profiling_limits_path(self) -> Path:
+        """`profiling-limits.json` beside the fleet file (spec 12.3)."""
+        return self.fleet_path.parent / PROFILING_LIMITS_FILE
+
+    @property
+    def discovery_dir(self) -> Path:
+        return self.path("NARWHAL_DISCOVERY_DIR")
+
+    @property
+    def deployment_env_dir(self) -> Path:
+        """Where `prepare` puts each deployment's output directory by default (git-ignored)."""
+        return self.path("NARWHAL_DEPLOYMENT_ENV_DIR")
 
     @property
     def ssh_config_path(self) -> Path | None:
