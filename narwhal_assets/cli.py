@@ -1,8 +1,9 @@
-"""`deploy-hosts`: the operator's command line. Artifact-producing commands materialize the same assets."""
+"""`deploy-hosts`: the operator's command line. Artifact-producing commands run the same Dagster jobs as the UI."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,18 +13,22 @@ from narwhal_assets.core.errors import InputError, NarwhalError
 
 EXIT_FAILED = 1
 EXIT_INPUT = 2
+ROOT_HELP = "management checkout (default: the current directory)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="deploy-hosts", description=__doc__)
-    parser.add_argument("--root", type=Path, default=None, help="management checkout (default: current directory)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--root", type=Path, default=None, help=ROOT_HELP)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (plan, discover, access, interactive):
         module.register(sub)
+    for command in sub.choices.values():  # `deploy-hosts plan --root X` works as well as `--root X plan`
+        command.add_argument("--root", type=Path, default=argparse.SUPPRESS, help=ROOT_HELP)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    os.umask(0o077)
     args = build_parser().parse_args(argv)
     args.root = (args.root or Path.cwd()).resolve()
     try:

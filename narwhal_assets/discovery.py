@@ -1,23 +1,25 @@
 """Discovery: inspect every physical host over one SSH connection and derive the generated config set.
 
-Flow: enrol host keys (accept-new, staged until the whole discovery succeeds), run the single probe
-program per host, keep observations, checkpoint digests and command logs in `runs/discovery/<run>/`,
-then build deployment.env, launch records and the fleet from operator settings plus observations and
-publish them together. Any failure leaves `config/` exactly as it was.
+Flow: enrol host keys (accept-new, staged in the run directory), run the single probe program per host,
+keep observations, checkpoint digests and command logs in `runs/discovery/<run>/`; then, once, build
+deployment.env, launch records, fleet and profiling limits from operator settings plus that run's
+observations and publish them together with the staged host keys. Any failure leaves `config/` as it was.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from narwhal_assets.configset import publish_files, publish_lock
 from narwhal_assets.core.deployment_env import build_deployment_env, render_deployment_env
 from narwhal_assets.core.digests import compare_replicas
-from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.errors import HostFailure, InputError, NarwhalError, raise_together
 from narwhal_assets.core.fleet import Fleet, build_fleet
 from narwhal_assets.core.inventory import HostEntry, Inventory, engine_number
 from narwhal_assets.core.jsonfile import render_json
@@ -25,20 +27,20 @@ from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config, 
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.policy import resolve_engine_field
 from narwhal_assets.core.profiling import ProfilingLimits, build_profiling_limits
-from narwhal_assets.core.settings import DEPLOYMENT_ENV, Layer, Settings
-from narwhal_assets.privatefiles import ensure_private_dir, exclusive_lock, sha256_file, write_private
+from narwhal_assets.core.settings import Layer, Settings
+from narwhal_assets.privatefiles import ensure_private_dir, sha256_file, write_private
 from narwhal_assets.remote import previous_hashes, probe_script
 from narwhal_assets.remote.parse import ProbeOutputError, parse_probe_output, render_command_log
 from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.transport import Connector, HostConnection
+from narwhal_assets.ssh.trust import KnownHostsStore, StagedKey
 
 PROBE_COMMAND = "python3 -"
 PROBE_TIMEOUT_S = 3600.0
 CHECKPOINT_FILE = "engine-{n}-checkpoint.json"
 ARCHIVE_DIR = "previous-config"
 MANIFEST = "manifest.json"
-PUBLISH_LOCK = ".publish.lock"
-PROFILING_LIMITS_FILE = "profiling-limits.json"
+STAGED_KEYS = "staged-known-hosts.json"
 
 
 @dataclass
@@ -77,17 +79,12 @@ class GeneratedConfig:
 
     def files(self, settings: Settings) -> dict[Path, str]:
         return {
-            settings.root / DEPLOYMENT_ENV: render_deployment_env(self.deployment_env),
+            settings.deployment_env_path: render_deployment_env(self.deployment_env),
             settings.launch_config_path: render_json(self.launch),
-            settings.path("NARWHAL_LAUNCH_SOURCES"): render_json(launch_sources(self.launch)),
+            settings.launch_sources_path: render_json(launch_sources(self.launch)),
             settings.fleet_path: render_json(self.fleet),
-            profiling_limits_path(settings): render_json(self.profiling),
+            settings.profiling_limits_path: render_json(self.profiling),
         }
-
-
-def profiling_limits_path(settings: Settings) -> Path:
-    """`profiling-limits.json` beside the fleet file."""
-    return settings.fleet_path.parent / PROFILING_LIMITS_FILE
 
 
 def operator_settings(settings: Settings) -> Settings:
@@ -105,7 +102,7 @@ def with_discovered(settings: Settings, discovered: Mapping[str, str]) -> Settin
 
 def new_run_dir(settings: Settings) -> Path:
     """`runs/discovery/<UTC time>-<random>`: sortable by time, unique across concurrent runs."""
-    base = settings.path("NARWHAL_DISCOVERY_DIR")
+    base = settings.discovery_dir
     name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
     run_dir = base / name
     ensure_private_dir(base)
@@ -120,7 +117,7 @@ def latest_complete_run(settings: Settings, exclude: Path | None = None) -> Disc
     Run names sort by the second they started; within one second the random suffix says nothing, so the
     manifest's modification time decides.
     """
-    base = settings.path("NARWHAL_DISCOVERY_DIR")
+    base = settings.discovery_dir
     manifests = [p for p in base.glob("*/" + MANIFEST) if p.parent != exclude]
     if not manifests:
         return None
@@ -166,10 +163,11 @@ def inspect_hosts(
         try:
             parsed = parse_probe_output(entry.id, entry.roles, connection.fingerprint, raw, observed_at)
         except ProbeOutputError as exc:
+            # What a host printed is never the operator's input: it fails that host (exit 1), not the run's input.
             _write_log(run, entry.id, render_command_log(exc.command_log), result.stderr)
             if result.rc != 0:
-                raise NarwhalError(f"host {entry.id}: probe exited {result.rc}: {_first_line(result.stderr)}") from None
-            raise
+                raise HostFailure(f"host {entry.id}: probe exited {result.rc}: {_first_line(result.stderr)}") from None
+            raise HostFailure(str(exc)) from None
         observation, digests, log = parsed
         _write_log(run, entry.id, render_command_log(log), result.stderr)
         return observation, digests
@@ -191,14 +189,6 @@ def inspect_hosts(
     return run
 
 
-def raise_together(failures: list[NarwhalError]) -> None:
-    """Every host's failure in one error: bad input (exit 2) only if all of them are input problems."""
-    if not failures:
-        return
-    lines = [line for failure in failures for line in str(failure).splitlines()]
-    raise InputError(lines) if all(isinstance(f, InputError) for f in failures) else NarwhalError("\n".join(lines))
-
-
 def generate_config(settings: Settings, inventory: Inventory, run: DiscoveryRun) -> GeneratedConfig:
     """deployment.env, launch records and fleet from operator settings plus this run's observations."""
     discovered = build_deployment_env(settings, inventory, run.observations)
@@ -213,45 +203,59 @@ def generate_config(settings: Settings, inventory: Inventory, run: DiscoveryRun)
         effective, inventory, run.observations, model_configs=model_configs, observation_dir=str(run.run_dir)
     )
     fleet = build_fleet(effective, inventory, run.observations, launch)
-    return GeneratedConfig(discovered, launch, fleet, build_profiling_limits(fleet, launch))
+    profiling = build_profiling_limits(fleet, launch, str(settings.launch_config_path))
+    return GeneratedConfig(discovered, launch, fleet, profiling)
 
 
-def archive_previous(settings: Settings, run: DiscoveryRun, generated: Iterable[Path]) -> list[Path]:
+def stage_enrolments(run: DiscoveryRun, entries: list[StagedKey]) -> None:
+    """Keep this run's accept-new enrolments in the run directory until its config set is published."""
+    document = {"schema": "narwhal.staged-host-keys", "schema_version": 1, "keys": [asdict(e) for e in entries]}
+    write_private(run.run_dir / STAGED_KEYS, json.dumps(document, indent=2) + "\n")
+
+
+def staged_enrolments(run: DiscoveryRun) -> list[StagedKey]:
+    path = run.run_dir / STAGED_KEYS
+    if not path.exists():
+        return []
+    return [StagedKey(**raw) for raw in json.loads(path.read_text(encoding="utf-8"))["keys"]]
+
+
+def archive_previous(settings: Settings, run: DiscoveryRun, paths: Iterable[Path]) -> None:
     """Copy the config set as it stands now into `<run>/previous-config/`, before this run changes any of it.
 
-    The set is every file the latest complete run published (its manifest) plus any generated file that
-    exists; with no earlier run, the inventory and trust store that this run itself created are not a
-    previous set. A file already archived by this run is kept (the first copy is the previous one).
+    The set is every file the latest complete run published (its manifest; paths can have moved since) plus
+    any file this run replaces that exists; with no earlier run, the inventory that this run itself created
+    is not a previous set.
     """
     previous = latest_complete_run(settings, exclude=run.run_dir)
     listed: list[Path] = []
     if previous is not None:
         manifest = json.loads((previous.run_dir / MANIFEST).read_text(encoding="utf-8"))
         listed = [settings.root / rel for rel in manifest.get("files", {})]
-    archive = run.run_dir / ARCHIVE_DIR
-    archived = []
-    for path in dict.fromkeys([*listed, *generated]):
-        target = archive / path.name
-        if path.is_file() and not target.exists():
-            write_private(target, path.read_bytes())
-            archived.append(target)
-    return archived
+    elif not settings.known_hosts_path.exists():
+        return
+    for path in dict.fromkeys([*listed, *paths]):
+        if path.is_file():
+            write_private(run.run_dir / ARCHIVE_DIR / path.name, path.read_bytes())
 
 
-def publish_config(settings: Settings, run: DiscoveryRun, files: Mapping[Path, str]) -> dict[str, str]:
-    """Archive the current set into the run (unless already done), replace every file; returns path -> SHA-256.
+def publish_config(settings: Settings, run: DiscoveryRun, generated: GeneratedConfig) -> dict[str, str]:
+    """Replace the config set and commit this run's host-key enrolments with it; returns path -> SHA-256.
 
-    Each file is replaced atomically; the manifest written last marks the run as complete. Two discoveries
-    publishing at once take turns, so the files on disk always form one run's set.
+    All-or-nothing by construction (see `configset`); the run's manifest, published last, marks the run
+    complete. Two discoveries publishing at once take turns, so the files always form one run's set.
     """
-    with exclusive_lock(settings.path("NARWHAL_DISCOVERY_DIR") / PUBLISH_LOCK):
+    store = KnownHostsStore(settings.known_hosts_path)
+    with publish_lock(settings), store.locked():
+        files = {path: text.encode() for path, text in generated.files(settings).items()}
+        files[store.path] = store.text_with(staged_enrolments(run)).encode()
         archive_previous(settings, run, files)
-        digests = {_relative(settings, path): write_private(path, text) for path, text in files.items()}
-        for path in (settings.hosts_path, settings.known_hosts_path):
-            if path.is_file():
-                digests[_relative(settings, path)] = sha256_file(path)
+        digests = {_relative(settings, path): hashlib.sha256(data).hexdigest() for path, data in files.items()}
+        if settings.hosts_path.is_file():
+            digests[_relative(settings, settings.hosts_path)] = sha256_file(settings.hosts_path)
         manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests}
-        write_private(run.run_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        files[run.run_dir / MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
+        publish_files(settings, run.run_dir, files)
     return digests
 
 
@@ -260,12 +264,12 @@ def generated_paths(settings: Settings) -> list[Path]:
     return [
         settings.hosts_path,
         settings.known_hosts_path,
-        settings.root / DEPLOYMENT_ENV,
+        settings.deployment_env_path,
         settings.launch_config_path,
-        settings.path("NARWHAL_LAUNCH_SOURCES"),
+        settings.launch_sources_path,
         settings.fleet_path,
-        profiling_limits_path(settings),
-        settings.path("NARWHAL_DISCOVERY_DIR"),
+        settings.profiling_limits_path,
+        settings.discovery_dir,
     ]
 
 

@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,3 +83,18 @@ def write_exclusive(path: Path, data: bytes | str) -> str:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return hashlib.sha256(raw).hexdigest()
+
+
+def loose_modes(paths: list[Path]) -> list[str]:
+    """One line per file not 0600 or directory not 0700 at or below `paths` (missing paths are skipped)."""
+    problems = []
+    for top in paths:
+        below = sorted(top.rglob("*")) if top.is_dir() and not top.is_symlink() else []
+        for path in [top, *below]:
+            if path.is_symlink() or not path.exists():
+                continue
+            want = DIR_MODE if path.is_dir() else FILE_MODE
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode != want:
+                problems.append(f"{path}: mode {mode:04o}, expected {want:04o}")
+    return problems

@@ -1,10 +1,11 @@
-"""Dagster resources: thin configurable wrappers over the plain settings and adapters."""
+"""Dagster resources: thin configurable wrappers over the management checkout and the SSH adapter."""
 
 import os
 from pathlib import Path
 
 import dagster as dg
 
+from narwhal_assets.checkout import Checkout
 from narwhal_assets.core.settings import Settings
 from narwhal_assets.ssh.access import make_connector
 from narwhal_assets.ssh.transport import Connector
@@ -18,13 +19,17 @@ def default_root() -> str:
     return os.environ.get(ROOT_ENV) or os.getcwd()
 
 
-class NarwhalSettings(dg.ConfigurableResource):
-    """Where the management checkout is; settings are read fresh for every run."""
+class ManagementCheckout(dg.ConfigurableResource):
+    """Where the management checkout is; it is opened fresh (settings, inventory) for every run."""
 
     root: str = ""
 
-    def load(self) -> Settings:
-        return Settings.load(Path(self.root or default_root()))
+    @property
+    def path(self) -> Path:
+        return Path(self.root or default_root())
+
+    def open(self) -> Checkout:
+        return Checkout.open(self.path)
 
 
 class SshSettings(dg.ConfigurableResource):

@@ -1,14 +1,28 @@
-"""Materialize assets in-process against the operator's Dagster instance, so CLI, UI and CI share lineage."""
+"""Run a named job of the code location in-process against the operator's Dagster instance.
+
+CLI, UI and CI share lineage because they run the same jobs on the same instance; every CLI run is tagged
+with the command that started it. The job runs in a worker thread so that SIGINT/SIGTERM reach this
+module's handler at once (Dagster defers signals it captures on the main thread until a step boundary):
+the run ends within seconds whatever it is doing, except that a config-set publish already under way is
+let finish (it takes milliseconds), so the operator is told exactly whether a new set was published.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import dagster as dg
 
+from narwhal_assets import configset
+from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.privatefiles import ensure_private_dir, write_private
 
 DAGSTER_HOME_DEFAULT = "runs/dagster"
@@ -19,6 +33,12 @@ telemetry:
 """
 # Console output of in-process runs: only the CLI's own lines and errors reach the operator.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+COMMAND_TAG = "narwhal/command"
+EXIT_SIGNAL_BASE = 128
+
+
+class StorageError(NarwhalError):
+    """Dagster's own storage failed (disk full, database down); says whether the config set was published."""
 
 
 def operator_instance(root: Path) -> dg.DagsterInstance:
@@ -30,27 +50,83 @@ def operator_instance(root: Path) -> dg.DagsterInstance:
     return dg.DagsterInstance.get()
 
 
-def materialize_selection(
-    selection: str | Sequence[str] | dg.AssetSelection,
-    instance: dg.DagsterInstance,
+def run_job(
     root: Path,
+    job_name: str,
+    command: str,
     *,
-    partition_key: str | None = None,
     run_config: Mapping[str, Any] | None = None,
+    partition_key: str | None = None,
     tags: Mapping[str, str] | None = None,
+    assets: Sequence[str] | None = None,
 ) -> dg.ExecuteInProcessResult:
-    """Run the named assets of the code location; a domain failure re-raises as its NarwhalError."""
-    from narwhal_assets.definitions import ALL_ASSETS, ALL_CHECKS, resources
-    from narwhal_assets.resources import NarwhalSettings
+    """Execute `job_name` (or only its `assets`) of the definitions bound to `root`; a domain failure
+    re-raises as its NarwhalError."""
+    from narwhal_assets.definitions import make_definitions
 
+    job = make_definitions(str(root)).resolve_job_def(job_name)
+    instance = operator_instance(root)
     config: dict[str, Any] = {**QUIET, **(run_config or {})}
-    # In-process execution re-raises an asset's own exception, so a NarwhalError reaches the CLI as itself.
-    return dg.materialize(
-        [*ALL_ASSETS, *ALL_CHECKS],
-        selection=selection,
-        instance=instance,
-        resources={**resources(), "narwhal": NarwhalSettings(root=str(root))},
-        partition_key=partition_key,
-        run_config=config,
-        tags=dict(tags or {}),
-    )
+    all_tags = {COMMAND_TAG: command, **(tags or {})}
+    outcome: Future[dg.ExecuteInProcessResult] = Future()
+    published_before = len(configset.PUBLISHED)
+
+    def execute() -> None:
+        try:
+            outcome.set_result(
+                job.execute_in_process(
+                    run_config=config,
+                    instance=instance,
+                    partition_key=partition_key,
+                    tags=all_tags,
+                    asset_selection=[dg.AssetKey(name) for name in assets] if assets else None,
+                )
+            )
+        except BaseException as exc:  # handed to the main thread as it is
+            outcome.set_exception(exc)
+
+    worker = threading.Thread(target=execute, name=f"narwhal-{job_name}", daemon=True)
+    with _TerminateOnSignals(command):
+        worker.start()
+        while not outcome.done():
+            worker.join(timeout=0.2)
+    try:
+        return outcome.result()
+    except NarwhalError:
+        raise
+    except Exception as exc:
+        published = configset.PUBLISHED[published_before:]
+        what = f"the config set of {published[-1]} was published" if published else "nothing was published"
+        raise StorageError(
+            f"{job_name} stopped: {type(exc).__name__}: {_first_line(str(exc))}; {what}"
+            + ("; recording it in Dagster storage failed, so its lineage is incomplete" if published else "")
+        ) from None
+
+
+class _TerminateOnSignals:
+    """SIGINT/SIGTERM: one line, exit 130/143, sockets closed by the exit; a publish under way finishes first."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self.previous[signum] = signal.signal(signum, self._handle)
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        with configset.PUBLISHING:  # waits only while a publish is replacing files
+            published = bool(configset.PUBLISHED)
+            name = signal.Signals(signum).name
+            state = "a new config set had been published" if published else "nothing was published"
+            sys.stderr.write(f"deploy-hosts {self.command}: interrupted by {name}; {state}\n")
+            sys.stderr.flush()
+            os._exit(EXIT_SIGNAL_BASE + signum)
+
+
+def _first_line(text: str) -> str:
+    return next((line for line in text.splitlines() if line.strip()), "(no message)")[:200]

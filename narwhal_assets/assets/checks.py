@@ -1,26 +1,43 @@
 """Asset checks: each can fail, with a description naming the file, field or host at fault."""
 
-import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import dagster as dg
 
-from narwhal_assets.assets.discovery import CHECKPOINTS, KNOWN_HOSTS, latest_run_dir
+from narwhal_assets.assets.discovery import CHECKPOINTS, KNOWN_HOSTS, OBSERVATIONS
+from narwhal_assets.assets.lineage import upstream_path
 from narwhal_assets.core.digests import compare_replicas
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.discovery import DiscoveryRun, generated_paths
-from narwhal_assets.inventory_file import current_inventory
-from narwhal_assets.resources import NarwhalSettings
+from narwhal_assets.core.settings import Settings
+from narwhal_assets.discovery import DiscoveryRun
+from narwhal_assets.privatefiles import loose_modes
+from narwhal_assets.resources import ManagementCheckout
 from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.trust import KnownHostsStore
 
+# Each generated asset and the files or directories it writes: one private-modes check covers them all.
+GENERATED_FILES: dict[str, Callable[[Settings], list[Path]]] = {
+    "host_inventory": lambda s: [s.hosts_path],
+    "ssh_known_hosts": lambda s: [s.known_hosts_path],
+    "host_observations": lambda s: [s.discovery_dir],
+    "checkpoint_digests": lambda s: [s.discovery_dir],
+    "deployment_env": lambda s: [s.deployment_env_path],
+    "engine_launch_records": lambda s: [s.launch_config_path, s.launch_sources_path],
+    "fleet": lambda s: [s.fleet_path],
+    "profiling_limits": lambda s: [s.profiling_limits_path],
+}
+PRIVATE_CHECK = "files_private"
+
 
 @dg.asset_check(asset=KNOWN_HOSTS, description="Every inventory host has a recorded host key")
-def known_hosts_cover_inventory(narwhal: NarwhalSettings) -> dg.AssetCheckResult:
-    settings = narwhal.load()
+def known_hosts_cover_inventory(checkout: ManagementCheckout) -> dg.AssetCheckResult:
+    opened = checkout.open()
+    settings = opened.settings
     store = KnownHostsStore(settings.known_hosts_path)
     missing = []
-    for access in host_accesses(settings, current_inventory(settings).hosts):
+    for access in host_accesses(settings, opened.inventory.hosts):
         endpoint = resolve_endpoint(access.destination, settings.ssh_config_path)
         if not store.keys_for(endpoint.host, endpoint.port):
             missing.append(access.host_id)
@@ -33,7 +50,7 @@ def known_hosts_cover_inventory(narwhal: NarwhalSettings) -> dg.AssetCheckResult
 
 @dg.asset_check(asset=CHECKPOINTS, description="Engine replicas serve identical checkpoint trees", blocking=True)
 def checkpoint_replicas_agree(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    run = DiscoveryRun.load(latest_run_dir(context.instance))
+    run = DiscoveryRun.load(upstream_path(context.instance, context.run.run_id, OBSERVATIONS, "run_dir"))
     try:
         compare_replicas(run.checkpoints)
     except InputError as exc:
@@ -42,19 +59,28 @@ def checkpoint_replicas_agree(context: dg.AssetCheckExecutionContext) -> dg.Asse
     return dg.AssetCheckResult(passed=True, metadata={"run_dir": str(run.run_dir), "tree_digests": digests})
 
 
-@dg.asset_check(asset="fleet", description="Generated files are 0600 and their directories 0700")
-def generated_files_private(narwhal: NarwhalSettings) -> dg.AssetCheckResult:
-    settings = narwhal.load()
-    loose = []
-    for path in generated_paths(settings):
-        if not path.exists():
-            continue
-        want = 0o700 if path.is_dir() else 0o600
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode != want:
-            loose.append(f"{path}: mode {mode:04o}, expected {want:04o}")
+@dg.multi_asset_check(
+    specs=[
+        dg.AssetCheckSpec(PRIVATE_CHECK, asset=key, description="Its files are 0600 and their directories 0700")
+        for key in GENERATED_FILES
+    ],
+    can_subset=True,
+)
+def generated_files_private(
+    context: dg.AssetCheckExecutionContext, checkout: ManagementCheckout
+) -> Iterator[dg.AssetCheckResult]:
+    settings = Settings.load(checkout.path)
+    for check_key in context.selected_asset_check_keys:
+        yield private_modes_result(settings, check_key.asset_key)
+
+
+def private_modes_result(settings: Settings, key: dg.AssetKey) -> dg.AssetCheckResult:
+    paths = GENERATED_FILES[key.to_user_string()](settings)
+    loose = loose_modes(paths)
     return dg.AssetCheckResult(
+        asset_key=key,
+        check_name=PRIVATE_CHECK,
         passed=not loose,
         description="\n".join(loose) if loose else "all private",
-        metadata={"checked": len(generated_paths(settings))},
+        metadata={"checked": [str(p) for p in paths]},
     )

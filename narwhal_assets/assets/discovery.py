@@ -6,23 +6,21 @@ from pathlib import Path
 
 import dagster as dg
 
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.assets.lineage import upstream_path
+from narwhal_assets.core.errors import NarwhalError, raise_together
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.profiling import max_num_seqs
 from narwhal_assets.discovery import (
     DiscoveryRun,
-    archive_previous,
     generate_config,
     inspect_hosts,
     latest_complete_run,
     new_run_dir,
     operator_settings,
-    profiling_limits_path,
     publish_config,
-    raise_together,
+    stage_enrolments,
 )
-from narwhal_assets.inventory_file import current_inventory
-from narwhal_assets.resources import NarwhalSettings, SshSettings
+from narwhal_assets.resources import ManagementCheckout, SshSettings
 from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.transport import HostConnection
 from narwhal_assets.ssh.trust import TrustMode
@@ -55,12 +53,14 @@ def _enrolment(connection: HostConnection) -> dict[str, str]:
     can_subset=True,
 )  # fmt: skip
 def host_discovery(
-    context: dg.AssetExecutionContext, config: DiscoveryConfig, narwhal: NarwhalSettings, ssh: SshSettings
+    context: dg.AssetExecutionContext, config: DiscoveryConfig, checkout: ManagementCheckout, ssh: SshSettings
 ) -> Iterator[dg.MaterializeResult]:
-    """Enrol host keys (staged: recorded only if every host succeeds) and, unless only the trust store is
-    selected, probe every host over that same connection."""
-    settings = operator_settings(narwhal.load())
-    inventory = current_inventory(settings)
+    """Enrol host keys and, unless only the trust store is selected, probe every host over that same connection.
+
+    Enrolments are staged in the run directory: `discovered_config` records them with the config set, so the
+    trust store never holds a key from a discovery whose set was not published."""
+    opened = checkout.open()
+    settings, inventory = operator_settings(opened.settings), opened.inventory
     connector = ssh.connector(settings, TrustMode.ACCEPT_NEW, staged=True)
     if context.selected_asset_keys == {KNOWN_HOSTS}:
         results = connector.map_hosts(host_accesses(settings, inventory.hosts), _enrolment)
@@ -72,13 +72,13 @@ def host_discovery(
     run = DiscoveryRun(new_run_dir(settings))
     context.log.info(f"discovery run directory {run.run_dir}")
     inspect_hosts(settings, inventory, connector, run, previous.checkpoints if previous else {}, config.full_hash)
-    # Nothing is recorded unless the whole config set can be built from these observations; the set as it
-    # stands is archived first, so the archive holds the trust store from before this run's enrolments.
-    generated = generate_config(settings, inventory, run)
-    archive_previous(settings, run, generated.files(settings))
-    connector.store.commit()
+    stage_enrolments(run, connector.store.staged_entries())
     if KNOWN_HOSTS in context.selected_asset_keys:
-        fingerprints = {h: {"fingerprint": o.host_key_fingerprint} for h, o in run.observations.items()}
+        staged = {e.host_id for e in connector.store.staged_entries()}
+        fingerprints = {
+            h: {"fingerprint": o.host_key_fingerprint, "outcome": "staged" if h in staged else "known"}
+            for h, o in run.observations.items()
+        }
         yield _known_hosts_result(connector.store.path, fingerprints)
     if OBSERVATIONS in context.selected_asset_keys:
         yield dg.MaterializeResult(
@@ -116,17 +116,17 @@ def host_discovery(
                      description="config/profiling-limits.json (beside the fleet): each engine's --max-num-seqs"),
     ],
 )  # fmt: skip
-def discovered_config(context: dg.AssetExecutionContext, narwhal: NarwhalSettings) -> Iterator[dg.MaterializeResult]:
-    """Build the set (deployment.env, launch records, fleet, profiling limits) from the latest observations
-    and replace the files together, the previous set archived in the run directory.
-
-    `host_discovery` builds the same set once to decide whether host keys may be committed; building it
-    again here is pure (no I/O to hosts) and lets the set be regenerated from a stored run alone."""
-    settings = operator_settings(narwhal.load())
-    run = DiscoveryRun.load(latest_run_dir(context.instance))
-    inventory = current_inventory(settings)
-    generated = generate_config(settings, inventory, run)
-    digests = publish_config(settings, run, generated.files(settings))
+def discovered_config(
+    context: dg.AssetExecutionContext, checkout: ManagementCheckout
+) -> Iterator[dg.MaterializeResult]:
+    """Build the set (deployment.env, launch records, fleet, profiling limits) once, from the observations of
+    this run's `host_observations` (or, run alone, of its latest materialization), and publish it together
+    with the staged host keys; the previous set is archived in the run directory."""
+    opened = checkout.open()
+    settings = operator_settings(opened.settings)
+    run = DiscoveryRun.load(upstream_path(context.instance, context.run_id, OBSERVATIONS, "run_dir"))
+    generated = generate_config(settings, opened.inventory, run)
+    digests = publish_config(settings, run, generated)
     yield dg.MaterializeResult(
         asset_key="deployment_env",
         metadata={"run_dir": dg.MetadataValue.path(str(run.run_dir)), "variables": sorted(generated.deployment_env)},
@@ -159,19 +159,10 @@ def discovered_config(context: dg.AssetExecutionContext, narwhal: NarwhalSetting
     yield dg.MaterializeResult(
         asset_key="profiling_limits",
         metadata={
-            "path": dg.MetadataValue.path(str(profiling_limits_path(settings))),
+            "path": dg.MetadataValue.path(str(settings.profiling_limits_path)),
             "limits": dg.MetadataValue.json(generated.profiling.engines),
         },
     )
-
-
-def latest_run_dir(instance: dg.DagsterInstance) -> Path:
-    """The run directory recorded by the latest `host_observations` materialization (its lineage)."""
-    event = instance.get_latest_materialization_event(OBSERVATIONS)
-    metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
-    if "run_dir" not in metadata:
-        raise NarwhalError("host_observations has never been materialized; run `deploy-hosts discover`")
-    return Path(str(metadata["run_dir"].value))
 
 
 def _known_hosts_result(path: Path, fingerprints: dict[str, dict[str, str]]) -> dg.MaterializeResult:

@@ -3,20 +3,19 @@
 import dagster as dg
 
 from narwhal_assets.assets.partitions import sync_host_partitions
-from narwhal_assets.inventory_file import current_inventory, save_inventory
-from narwhal_assets.resources import NarwhalSettings
+from narwhal_assets.resources import ManagementCheckout
 
 
 @dg.asset(group_name="discovery", kinds={"json"})
-def host_inventory(context: dg.AssetExecutionContext, narwhal: NarwhalSettings) -> dg.MaterializeResult:
+def host_inventory(context: dg.AssetExecutionContext, checkout: ManagementCheckout) -> dg.MaterializeResult:
     """Validate (or derive from .env) the host inventory and register every host id as a partition."""
-    settings = narwhal.load()
-    inventory = current_inventory(settings)
-    digest = save_inventory(settings, inventory)
+    opened = checkout.open()
+    digest = opened.save_inventory()
+    inventory = opened.inventory
     added, removed = sync_host_partitions(context.instance, inventory.host_ids())
     return dg.MaterializeResult(
         metadata={
-            "path": dg.MetadataValue.path(str(settings.hosts_path)),
+            "path": dg.MetadataValue.path(str(opened.settings.hosts_path)),
             "sha256": digest,
             "hosts": dg.MetadataValue.json({h.id: h.roles for h in inventory.hosts}),
             "password_hosts": [h.id for h in inventory.hosts if h.password_env],

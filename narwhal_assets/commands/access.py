@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from narwhal_assets.commands.context import Checkout, add_selection
+from narwhal_assets.checkout import Checkout
+from narwhal_assets.commands import add_selection
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.ssh.access import host_access, host_accesses, make_connector
 from narwhal_assets.ssh.transport import HostConnection
@@ -23,7 +24,7 @@ def _observe(connection: HostConnection) -> tuple[str, str]:
 
 def check_access(args: argparse.Namespace) -> int:
     checkout = Checkout.open(args.root)
-    entries = checkout.selected(args)
+    entries = checkout.select(args.host or (), args.role or ())
     connector = make_connector(checkout.settings, TrustMode.STRICT, connect_timeout=args.timeout)
     results = connector.map_hosts(host_accesses(checkout.settings, entries), _observe)
     failed = 0

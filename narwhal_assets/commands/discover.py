@@ -1,22 +1,23 @@
-"""`deploy-hosts discover`: materialize the discovery group and summarize what it generated."""
+"""`deploy-hosts discover`: run `discovery_job` and summarize what it generated."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-import dagster as dg
-
-from narwhal_assets.assets.discovery import OBSERVATIONS
-from narwhal_assets.definitions import DISCOVERY
-from narwhal_assets.discovery import DiscoveryRun
-from narwhal_assets.runner import materialize_selection, operator_instance
+COMMAND = "discover"
 
 
 def run(args: argparse.Namespace) -> int:
+    from narwhal_assets.assets.discovery import OBSERVATIONS
+    from narwhal_assets.discovery import DiscoveryRun
+    from narwhal_assets.runner import run_job
+
     config = {"ops": {"host_discovery": {"config": {"full_hash": bool(args.full_hash)}}}}
-    result = materialize_selection(DISCOVERY, operator_instance(args.root), args.root, run_config=config)
-    latest = DiscoveryRun.load(_run_dir(result))
+    result = run_job(args.root, "discovery_job", COMMAND, run_config=config)
+    (materialization,) = [m for m in result.asset_materializations_for_node("host_discovery")
+                          if m.asset_key == OBSERVATIONS]  # fmt: skip
+    latest = DiscoveryRun.load(Path(str(materialization.metadata["run_dir"].value)))
     print(f"discovery run {latest.run_dir}")
     for host_id, obs in sorted(latest.observations.items()):
         gpus = f"{len(obs.gpus)}x {obs.gpus[0].name}" if obs.gpus else "no GPUs"
@@ -30,15 +31,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_dir(result: dg.ExecuteInProcessResult) -> Path:
-    """The run directory this materialization wrote (not the newest by name: names sort only by second)."""
-    for materialization in result.asset_materializations_for_node("host_discovery"):
-        if materialization.asset_key == OBSERVATIONS:
-            return Path(str(materialization.metadata["run_dir"].value))
-    raise AssertionError("a successful discovery materializes host_observations")
-
-
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("discover", help="inspect every host and regenerate the discovered config set")
+    help_text = "inspect every host and regenerate the discovered config set (the discovery_job)"
+    parser = sub.add_parser(COMMAND, help=help_text, description=help_text)
     parser.add_argument("--full-hash", action="store_true", help="re-hash every checkpoint file")
     parser.set_defaults(func=run)

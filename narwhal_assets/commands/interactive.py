@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 
-from narwhal_assets.commands.context import Checkout
+from narwhal_assets.checkout import Checkout
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.ssh.access import host_access
 from narwhal_assets.ssh.destination import resolve_endpoint

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from narwhal_assets.core.engine_policy import attempt
 from narwhal_assets.core.envfile import render_exports
-from narwhal_assets.core.errors import InputError, raise_if
+from narwhal_assets.core.errors import InputError, Problems, raise_if
 from narwhal_assets.core.inventory import Inventory
 from narwhal_assets.core.observations import HostObservation
 from narwhal_assets.core.placement import fabric_address, http_url
@@ -31,7 +30,7 @@ def build_deployment_env(
 ) -> dict[str, str]:
     """The discovered per-node variables of every engine; all problems at once."""
     values: dict[str, str] = {}
-    problems: list[str] = []
+    problems = Problems()
     address_owner: dict[str, str] = {}
     for n in inventory.engine_numbers():
         host_id = inventory.host_for_role(f"engine-{n}").id
@@ -39,7 +38,7 @@ def build_deployment_env(
         if observation is None:
             problems.append(f"host {host_id}: no observation for engine-{n} (run discovery)")
             continue
-        node = attempt(problems, _node_values, settings, n, observation)
+        node = problems.attempt(_node_values, settings, n, observation)
         if node is None:
             continue
         address = node[f"NARWHAL_NODE_{n}_IP"]
@@ -58,13 +57,13 @@ def render_deployment_env(values: Mapping[str, str]) -> str:
 
 
 def _node_values(settings: Settings, n: int, observation: HostObservation) -> dict[str, str]:
-    problems: list[str] = []
+    problems = Problems()
     prefix = f"NARWHAL_NODE_{n}_"
-    address = attempt(problems, _fabric_address, settings, n, observation)
-    engine_port = attempt(problems, _port, settings, n, "ENGINE_PORT")
-    attest_port = attempt(problems, _port, settings, n, "ATTEST_PORT")
-    image_id = attempt(problems, _image_id, observation, n)
-    config_sha256 = attempt(problems, _config_sha256, settings, observation, n)
+    address = problems.attempt(_fabric_address, settings, n, observation)
+    engine_port = problems.attempt(_port, settings, n, "ENGINE_PORT")
+    attest_port = problems.attempt(_port, settings, n, "ATTEST_PORT")
+    image_id = problems.attempt(_image_id, observation, n)
+    config_sha256 = problems.attempt(_config_sha256, settings, observation, n)
     raise_if(problems)
     return {
         f"{prefix}IP": address,

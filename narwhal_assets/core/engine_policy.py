@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from narwhal_assets.core.engine_args import parse_extra_args, parse_extra_env
-from narwhal_assets.core.errors import InputError, raise_if
+from narwhal_assets.core.errors import Problems, raise_if
 from narwhal_assets.core.placement import GPU_TLS, TRANSPORTS
 from narwhal_assets.core.policy import (
     FIELDS,
@@ -89,20 +89,11 @@ _PARSERS: dict[str, Callable[[Resolved, int], Any]] = {
 }
 
 
-def attempt(problems: list[str], fn: Callable[..., Any], *args: Any) -> Any:
-    """Run one independent derivation, collecting its problems instead of stopping at the first."""
-    try:
-        return fn(*args)
-    except InputError as exc:
-        problems += exc.problems
-        return None
-
-
 def resolve_all(settings: Settings, n: int) -> dict[str, Resolved]:
-    problems: list[str] = []
+    problems = Problems()
     resolved: dict[str, Resolved] = {}
     for spec in FIELDS:
-        value = attempt(problems, required_value if spec.required else resolve_engine_field, settings, n, spec.name)
+        value = problems.attempt(required_value if spec.required else resolve_engine_field, settings, n, spec.name)
         if value is not None:
             resolved[spec.name] = value
     raise_if(problems)
@@ -110,8 +101,8 @@ def resolve_all(settings: Settings, n: int) -> dict[str, Resolved]:
 
 
 def parse_all(resolved: dict[str, Resolved], n: int) -> EnginePolicy:
-    problems: list[str] = []
-    values = {name.lower(): attempt(problems, parse, resolved[name], n) for name, parse in _PARSERS.items()}
+    problems = Problems()
+    values = {name.lower(): problems.attempt(parse, resolved[name], n) for name, parse in _PARSERS.items()}
     raise_if(problems)
     return EnginePolicy(**values)
 

@@ -13,8 +13,8 @@ from functools import partial
 from typing import Any
 
 from narwhal_assets.core.engine_args import ServeSettings, environment_problems, serve_args
-from narwhal_assets.core.engine_policy import EnginePolicy, attempt, engine_policy
-from narwhal_assets.core.errors import InputError, raise_if
+from narwhal_assets.core.engine_policy import EnginePolicy, engine_policy
+from narwhal_assets.core.errors import InputError, Problems, raise_if
 from narwhal_assets.core.inventory import Inventory
 from narwhal_assets.core.launch_models import (
     ENGINE_FILE_SCHEMA,
@@ -93,7 +93,7 @@ def build_launch_config(
     `model_configs` (engine number -> parsed `config.json`) caps the default max model length and names
     the model dtype; `observation_dir` prefixes the observation file names in the source index.
     """
-    problems: list[str] = []
+    problems = Problems()
     built: dict[int, _Built] = {}
     for n in inventory.engine_numbers():
         host = inventory.host_for_role(f"engine-{n}")
@@ -103,10 +103,8 @@ def build_launch_config(
             continue
         obs_file = f"{observation_dir}/{host.id}.json" if observation_dir else f"{host.id}.json"
         engine = _Engine(n, observation, len(host.engine_numbers()) > 1, obs_file, (model_configs or {}).get(n, {}))
-        try:
-            built[n] = _build_engine(settings, engine)
-        except InputError as exc:
-            problems += exc.problems
+        if (entry := problems.attempt(_build_engine, settings, engine)) is not None:
+            built[n] = entry
     raise_if(problems + _host_problems(built))
     return EngineLaunchConfig(engines={f"engine-{n}": b.entry for n, b in sorted(built.items())})
 
@@ -188,16 +186,16 @@ def _build_engine(settings: Settings, engine: _Engine) -> _Built:
 def _place(engine: _Engine, policy: EnginePolicy, resolved: dict[str, Resolved]) -> _Placement:
     """GPUs, TP size, fabric address, UCX devices and max model length; independent problems together."""
     n, obs = engine.n, engine.observation
-    problems: list[str] = []
-    allocation = attempt(problems, allocate_gpus, obs, n, resolved["GPU_IDS"], engine.colocated)
-    address = attempt(problems, fabric_address, obs, policy.fabric_interface, resolved["FABRIC_INTERFACE"].name)
-    transfer = attempt(problems, select_transfer, obs, n, policy.transfer_transport, policy.fabric_interface,
+    problems = Problems()
+    allocation = problems.attempt(allocate_gpus, obs, n, resolved["GPU_IDS"], engine.colocated)
+    address = problems.attempt(fabric_address, obs, policy.fabric_interface, resolved["FABRIC_INTERFACE"].name)
+    transfer = problems.attempt(select_transfer, obs, n, policy.transfer_transport, policy.fabric_interface,
                        policy.ucx_gpu_tls, resolved["TRANSFER_TRANSPORT"].name)
-    max_len = attempt(problems, _max_model_len, policy.max_model_len, resolved["MAX_MODEL_LEN"], engine)
+    max_len = problems.attempt(_max_model_len, policy.max_model_len, resolved["MAX_MODEL_LEN"], engine)
     accelerator = tp = None
     if allocation is not None:
-        accelerator = attempt(problems, accelerator_name, allocation, n)
-        tp = attempt(problems, _tensor_parallel, policy.tensor_parallel_size, allocation, resolved, n)
+        accelerator = problems.attempt(accelerator_name, allocation, n)
+        tp = problems.attempt(_tensor_parallel, policy.tensor_parallel_size, allocation, resolved, n)
     raise_if(problems)
     return _Placement(allocation, accelerator, tp, address, transfer, *max_len)
 
@@ -287,7 +285,7 @@ def _host_problems(built: Mapping[int, _Built]) -> list[str]:
     by_host: dict[str, list[tuple[int, _Built]]] = defaultdict(list)
     for n, b in sorted(built.items()):
         by_host[b.entry.host_id].append((n, b))
-    problems: list[str] = []
+    problems = Problems()
     for host_id, engines in by_host.items():
         problems += overlap_problems(host_id, [c for _, b in engines for c in b.claims])
         for i, (n, first) in enumerate(engines):

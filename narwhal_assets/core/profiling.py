@@ -6,18 +6,17 @@ what the engine will be started with.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from narwhal_assets.core.errors import InputError, raise_if
+from narwhal_assets.core.errors import InputError, Problems
 from narwhal_assets.core.fleet import Fleet
 from narwhal_assets.core.launch_models import EngineLaunchConfig
+from narwhal_assets.core.roles import Role
 
 FLAG = "--max-num-seqs"
-_ENGINE_RE = re.compile(r"engine-([1-9][0-9]*)")
 
 
 class ProfilingLimits(BaseModel):
@@ -30,23 +29,22 @@ class ProfilingLimits(BaseModel):
     engines: dict[str, int]
 
 
-def build_profiling_limits(fleet: Fleet, engine_records: EngineLaunchConfig) -> ProfilingLimits:
-    """One limit per fleet iid; the records must cover exactly the fleet's engines."""
+def build_profiling_limits(fleet: Fleet, engine_records: EngineLaunchConfig, records_path: str) -> ProfilingLimits:
+    """One limit per fleet iid; the records (read from `records_path`) must cover exactly the fleet's engines."""
     by_iid = {_iid(role): (role, entry) for role, entry in engine_records.engines.items()}
     fleet_iids = [engine.iid for engine in fleet.engines]
-    problems = [f"config/engine-launch.local.json: engines: no record for fleet engine {iid}"
-                for iid in fleet_iids if iid not in by_iid]
-    problems += [f"config/engine-launch.local.json: engines: {iid} is not an engine of the fleet"
-                 for iid in sorted(set(by_iid) - set(fleet_iids))]
+    problems = Problems(f"{records_path}: engines: no record for fleet engine {iid}"
+                        for iid in fleet_iids if iid not in by_iid)  # fmt: skip
+    problems += [f"{records_path}: engines: {iid} is not an engine of the fleet"
+                 for iid in sorted(set(by_iid) - set(fleet_iids))]  # fmt: skip
     limits: dict[str, int] = {}
     for iid in fleet_iids:
         if iid in by_iid:
             role, entry = by_iid[iid]
-            try:
-                limits[iid] = max_num_seqs(entry.args, f"config/engine-launch.local.json: engines.{role}.args")
-            except InputError as exc:
-                problems += exc.problems
-    raise_if(problems)
+            limit = problems.attempt(max_num_seqs, entry.args, f"{records_path}: engines.{role}.args")
+            if limit is not None:
+                limits[iid] = limit
+    problems.raise_if_any()
     return ProfilingLimits(engines=limits)
 
 
@@ -62,5 +60,5 @@ def max_num_seqs(args: Sequence[str], where: str) -> int:
 
 
 def _iid(role: str) -> str:
-    match = _ENGINE_RE.fullmatch(role)
-    return f"n{match.group(1)}" if match else role
+    parsed = Role.parse(role)
+    return parsed.iid if parsed and parsed.is_engine else role

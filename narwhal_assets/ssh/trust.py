@@ -248,3 +248,41 @@ class KnownHostsStore:
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
         return exclusive_lock(self.path.with_name(self.path.name + ".lock"))
+
+    # Staged enrolments travel through the discovery run directory, so the trust store is published with the
+    # config set (by another op, maybe another process) instead of before it.
+
+    def staged_entries(self) -> list[StagedKey]:
+        return [StagedKey(s.host_id, s.hop_of, host, port, key.key_type, key.blob_b64) for s, host, port, key in
+                self._pending]  # fmt: skip
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """The store's writer lock, for a caller that replaces the file itself (the config-set publisher)."""
+        return self._locked()
+
+    def text_with(self, entries: list[StagedKey]) -> str:
+        """The store's current text plus `entries` not yet recorded; a conflicting key is refused (call locked)."""
+        text = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
+        if text and not text.endswith("\n"):
+            text += "\n"
+        for entry in entries:
+            presented = HostKey(entry.key_type, entry.blob_b64)
+            recorded = self.keys_for(entry.host, entry.port)
+            if presented in recorded:
+                continue
+            if recorded or presented in self.revoked(entry.host, entry.port):
+                raise self._changed(Subject(entry.host_id, entry.hop_of), entry.host, entry.port, recorded, presented)
+            text += f"{host_pattern(entry.host, entry.port)} {presented.key_type} {presented.blob_b64}\n"
+        return text
+
+
+@dataclass(frozen=True)
+class StagedKey:
+    """An accept-new enrolment not yet recorded: which host presented which key."""
+
+    host_id: str
+    hop_of: str | None
+    host: str
+    port: int
+    key_type: str
+    blob_b64: str

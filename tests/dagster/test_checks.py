@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from narwhal_assets.assets.checks import generated_files_private, known_hosts_cover_inventory
-from narwhal_assets.resources import NarwhalSettings
+import dagster as dg
+
+from narwhal_assets.assets.checks import (
+    GENERATED_FILES,
+    PRIVATE_CHECK,
+    known_hosts_cover_inventory,
+    private_modes_result,
+)
+from narwhal_assets.core.settings import Settings
+from narwhal_assets.definitions import defs
+from narwhal_assets.resources import ManagementCheckout
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBl0ZWNoZWNrLWtleS1mb3ItdGhlLWNoZWNrLXRlc3RzLTEyMzQ"
 
@@ -24,18 +33,36 @@ def test_private_modes_check_names_the_loose_file(tmp_path: Path) -> None:
     fleet = root / "config" / "fleet.json"
     fleet.write_text("{}")
     fleet.chmod(0o644)
-    result = generated_files_private(narwhal=NarwhalSettings(root=str(root)))
+    key = dg.AssetKey("fleet")
+    result = private_modes_result(Settings.load(root), key)
     assert not result.passed
     assert result.description == f"{fleet}: mode 0644, expected 0600"
     fleet.chmod(0o600)
-    assert generated_files_private(narwhal=NarwhalSettings(root=str(root))).passed
+    assert private_modes_result(Settings.load(root), key).passed
+    # Directories are walked: a loose file deep in a discovery run is named.
+    log = root / "runs" / "discovery" / "r1" / "logs" / "node-1.log"
+    log.parent.mkdir(parents=True, mode=0o700)
+    (root / "runs").chmod(0o700)
+    (root / "runs" / "discovery").chmod(0o700)
+    (root / "runs" / "discovery" / "r1").chmod(0o755)
+    log.write_text("x")
+    log.chmod(0o600)
+    result = private_modes_result(Settings.load(root), dg.AssetKey("host_observations"))
+    assert result.description == f"{log.parent.parent}: mode 0755, expected 0700"
+
+
+def test_every_generated_asset_has_the_private_modes_check() -> None:
+    graph = defs.resolve_asset_graph()
+    generated = {key for key in graph.get_all_asset_keys()}
+    checked = {key.asset_key for key in graph.asset_check_keys if key.name == PRIVATE_CHECK}
+    assert checked == generated == {dg.AssetKey(name) for name in GENERATED_FILES}
 
 
 def test_known_hosts_check_names_hosts_without_a_recorded_key(tmp_path: Path) -> None:
     root = checkout(tmp_path)
     store = root / "config" / "ssh.known_hosts"
     store.write_text(f"gpu-a {KEY}\n")
-    result = known_hosts_cover_inventory(narwhal=NarwhalSettings(root=str(root)))
+    result = known_hosts_cover_inventory(checkout=ManagementCheckout(root=str(root)))
     assert not result.passed and result.description == "no recorded key for: node-2"
     store.write_text(f"gpu-a {KEY}\ngpu-b {KEY}\n")
-    assert known_hosts_cover_inventory(narwhal=NarwhalSettings(root=str(root))).passed
+    assert known_hosts_cover_inventory(checkout=ManagementCheckout(root=str(root))).passed

@@ -13,7 +13,7 @@ import pytest
 
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.definitions import defs
-from narwhal_assets.resources import NarwhalSettings
+from narwhal_assets.resources import ManagementCheckout
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER = Path(sys.executable).parent / "dagster"
@@ -34,7 +34,7 @@ def test_definitions_hold_the_inventory_asset_and_settings_resource() -> None:
     key = dg.AssetKey("host_inventory")
     assert key in graph.get_all_asset_keys()
     assert graph.get(key).group_name == "discovery"
-    assert isinstance(defs.resources["narwhal"], NarwhalSettings)
+    assert isinstance(defs.resources["checkout"], ManagementCheckout)
 
 
 @needs_cli

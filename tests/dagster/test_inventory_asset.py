@@ -14,7 +14,7 @@ import pytest
 from narwhal_assets.assets.inventory import host_inventory
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.resources import NarwhalSettings
+from narwhal_assets.resources import ManagementCheckout
 
 DEST_A = "SENTINEL-DEST-ops@gpu-a.example"
 DEST_B = "SENTINEL-DEST-gpu-b"
@@ -44,7 +44,7 @@ def write_env(root: Path, **variables: str) -> None:
 
 def materialize(root: Path, instance: dg.DagsterInstance, **kwargs: object) -> dg.ExecuteInProcessResult:
     return dg.materialize(
-        [host_inventory], instance=instance, resources={"narwhal": NarwhalSettings(root=str(root))}, **kwargs
+        [host_inventory], instance=instance, resources={"checkout": ManagementCheckout(root=str(root))}, **kwargs
     )
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from narwhal_assets.checkout import Checkout
 from narwhal_assets.cli import main
 from narwhal_assets.fleetsim import SimFleet
 
@@ -408,7 +409,7 @@ def test_malformed_nvidia_smi_names_host_and_tool_and_replaces_nothing(
     discover(checkout, capsys)
     before = snapshot(checkout / "config")
     with replaced_file(fleet.host("h2").hostdir / "bin" / "nvidia-smi", BAD_NVIDIA_SMI):
-        err, run = failing_discover(checkout, capsys)
+        err, run = failing_discover(checkout, capsys, rc=1)  # what a host prints is a host failure, not input
     assert re.search(r"host node-2: nvidia-smi: line 1: expected 5 comma-separated fields, got 3", err), err
     assert "node-1" not in err and "node-3" not in err
     assert snapshot(checkout / "config") == before
@@ -419,8 +420,7 @@ def test_malformed_nvidia_smi_names_host_and_tool_and_replaces_nothing(
 def test_unreachable_and_failing_hosts_are_reported_together_and_enrol_nothing(
     checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, _, err = cli(checkout, "plan", capsys=capsys)
-    assert rc == 0, err
+    Checkout.open(checkout).save_inventory()
     before = snapshot(checkout / "config")
     assert set(before) == {"hosts.local.json"}
     with stopped(fleet, "h3"), replaced_file(fleet.host("h2").hostdir / "bin" / "nvidia-smi", BAD_NVIDIA_SMI):
@@ -487,28 +487,74 @@ def test_dagster_cli_materialize_generates_the_same_files(
 
 
 @pytest.mark.parametrize(
-    ("case", "roles", "extra", "expected"),
+    ("case", "roles", "extra", "rc", "expected"),
     [
-        ("image", ROLES, {"NARWHAL_ENGINE_IMAGE": "narwhal/inference-engine:no-such-tag"},
+        # The hosts answered that they lack the image: each of them failed (exit 1), naming it.
+        ("image", ROLES, {"NARWHAL_ENGINE_IMAGE": "narwhal/inference-engine:no-such-tag"}, 1,
          [r"host node-1: docker image inspect: .*No such image: narwhal/inference-engine:no-such-tag",
           r"host node-2: docker", r"host node-3: docker"]),
-        ("pin", ROLES, {"NARWHAL_MODEL_CONFIG_SHA256": "0" * 64},
+        ("pin", ROLES, {"NARWHAL_MODEL_CONFIG_SHA256": "0" * 64}, 2,
          [r"host node-1: engine-1 config.json SHA-256 .* NARWHAL_MODEL_CONFIG_SHA256", r"host node-3: engine-3"]),
-        ("fabric", ROLES, {"NARWHAL_FABRIC_INTERFACE": "nosuch0"},
+        ("fabric", ROLES, {"NARWHAL_FABRIC_INTERFACE": "nosuch0"}, 2,
          [r"host node-2: fabric interface 'nosuch0' \(NARWHAL_FABRIC_INTERFACE\) not found"]),
-        ("one-engine", {"router": "h1", "engine-1": "h1"}, {},
+        ("one-engine", {"router": "h1", "engine-1": "h1"}, {}, 2,
          [r"hosts.local.json: hosts: the fleet needs at least two engines .*found 1"]),
     ],
 )  # fmt: skip
 def test_discovery_rejects_bad_inputs_and_writes_nothing(
     tmp_path: Path, fleet: SimFleet, ssh_config: Path, capsys: pytest.CaptureFixture[str],
-    case: str, roles: dict[str, str], extra: dict[str, str], expected: list[str],
+    case: str, roles: dict[str, str], extra: dict[str, str], rc: int, expected: list[str],
 ) -> None:  # fmt: skip
     root = make_checkout(tmp_path / case, fleet, ssh_config, roles, **extra)
-    rc, _, err = cli(root, "plan", capsys=capsys)
-    assert rc == 0, err
+    Checkout.open(root).save_inventory()
     before = snapshot(root / "config")
-    err, _ = failing_discover(root, capsys)
+    err, _ = failing_discover(root, capsys, rc)
     for pattern in expected:
         assert re.search(pattern, err), f"{pattern!r} not in:\n{err}"
     assert snapshot(root / "config") == before, "a rejected discovery enrolled a host key or wrote config"
+
+
+def test_concurrent_discoveries_each_publish_their_own_observations_as_named_runs(
+    checkout: Path, fleet: SimFleet
+) -> None:
+    """Two `deploy-hosts discover` processes on one checkout and one instance: each run's `discovered_config`
+    publishes that run's observations (the source index names its own run directory), the second publisher
+    archives exactly the first one's set, and `config/` ends as one complete set (the later manifest)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
+    command = [sys.executable, "-m", "narwhal_assets", "--root", str(checkout), "discover"]
+    procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    runs = [Path(re.search(r"^discovery run (\S+)$", out, re.MULTILINE).group(1)) for out, _ in outputs]
+    first, second = sorted(runs, key=lambda run: (run / "manifest.json").stat().st_mtime_ns)
+    config = checkout / "config"
+    sources = "engine-launch.sources.json"
+    assert str(second) in (config / sources).read_text() and str(first) not in (config / sources).read_text()
+    archived = (second / "previous-config" / sources).read_text()
+    assert str(first) in archived and str(second) not in archived
+    assert_manifest(second, checkout)
+    first_set = read_json(first / "manifest.json")["files"]
+    for rel, digest in first_set.items():
+        archived_file = second / "previous-config" / Path(rel).name
+        assert hashlib.sha256(archived_file.read_bytes()).hexdigest() == digest, rel
+
+    # Both runs are the named job, tagged with the command that started them, in the shared instance.
+    with dg.DagsterInstance.get() as instance:
+        records = instance.get_run_records()
+    assert len(records) == 2
+    assert {r.dagster_run.job_name for r in records} == {"discovery_job"}
+    assert {r.dagster_run.tags.get("narwhal/command") for r in records} == {"discover"}
+    assert all(r.dagster_run.is_success for r in records)
+
+
+def test_enrolling_alone_commits_nothing_when_a_host_fails(checkout: Path, fleet: SimFleet) -> None:
+    """The trust-store-only path (`ssh_known_hosts` selected alone) records no key unless every host enrolled."""
+    from narwhal_assets.core.errors import NarwhalError
+    from narwhal_assets.runner import run_job
+
+    with stopped(fleet, "h3"), pytest.raises(NarwhalError, match="node-3"):
+        run_job(checkout, "discovery_job", "test", assets=["host_inventory", "ssh_known_hosts"])
+    assert not (checkout / "config" / "ssh.known_hosts").exists()
+    run_job(checkout, "discovery_job", "test", assets=["host_inventory", "ssh_known_hosts"])
+    assert len(known_hosts_fingerprints(checkout / "config" / "ssh.known_hosts")) == 3

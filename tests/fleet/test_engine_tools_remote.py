@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from narwhal_assets.checkout import Checkout
 from narwhal_assets.cli import main
 from narwhal_assets.core.envfile import render_exports
 from narwhal_assets.core.jsonfile import load_json_model, render_json
@@ -21,7 +22,6 @@ from narwhal_assets.core.launch import engine_launch_file
 from narwhal_assets.core.launch_models import EngineLaunchConfig
 from narwhal_assets.core.settings import Settings
 from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.inventory_file import current_inventory
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.transport import HostConnection
 from narwhal_assets.ssh.trust import TrustMode
@@ -75,7 +75,7 @@ def install_launcher(connection: HostConnection, root: Path, source: bytes) -> s
 
 def connect_engine_1(root: Path) -> HostConnection:
     settings = Settings.load(root)
-    entry = current_inventory(settings).host_for_role("engine-1")
+    entry = Checkout.from_settings(settings).inventory.host_for_role("engine-1")
     return make_connector(settings, TrustMode.STRICT).connect(host_accesses(settings, [entry])[0])
 
 

@@ -20,12 +20,12 @@ import dagster as dg
 import pexpect
 import pytest
 
+from narwhal_assets.checkout import Checkout
 from narwhal_assets.cli import main
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.settings import Settings
 from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.inventory_file import current_inventory
-from narwhal_assets.runner import materialize_selection, operator_instance
+from narwhal_assets.runner import run_job
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.openssh import openssh_command
@@ -70,8 +70,8 @@ def cli(root: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int
 
 def enrol(root: Path) -> dict[str, dict[str, str]]:
     """Materialize the trust store alone (accept-new); returns its `fingerprints` metadata."""
-    with operator_instance(root) as instance:  # the persistent instance at DAGSTER_HOME (a tmp dir here)
-        result = materialize_selection(["host_inventory", "ssh_known_hosts"], instance, root)
+    # The persistent instance at DAGSTER_HOME (a tmp dir here), as the CLI would run it.
+    result = run_job(root, "discovery_job", "test", assets=["host_inventory", "ssh_known_hosts"])
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("ssh_known_hosts")]
     return event.materialization.metadata["fingerprints"].value
 
@@ -169,12 +169,12 @@ ENROL_SCRIPT = """
 import sys
 from pathlib import Path
 from narwhal_assets.core.settings import Settings
-from narwhal_assets.inventory_file import current_inventory
+from narwhal_assets.checkout import Checkout
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.trust import TrustMode
 root, hosts = Path(sys.argv[1]), sys.argv[2].split(",")
 settings = Settings.load(root)
-entries = [e for e in current_inventory(settings).hosts if e.id in hosts]
+entries = [e for e in Checkout.from_settings(settings).inventory.hosts if e.id in hosts]
 connector = make_connector(settings, TrustMode.ACCEPT_NEW)
 results = connector.map_hosts(host_accesses(settings, entries), lambda c: c.verdict.outcome)
 bad = {h: str(r) for h, r in results.items() if not isinstance(r, str)}
@@ -272,7 +272,7 @@ def test_password_auth_keeps_the_password_out_of_argv_environ_and_logs(
 ) -> None:
     enrol(checkout)
     settings = Settings.load(checkout)
-    entry = current_inventory(settings).host("node-2")
+    entry = Checkout.from_settings(settings).inventory.host("node-2")
     assert entry.password_env == "NARWHAL_NODE_2_SSH_PASSWORD"
     connector = make_connector(settings, TrustMode.STRICT)
     with connector.connect(host_accesses(settings, [entry])[0]) as connection:
@@ -337,7 +337,7 @@ def test_a_killed_sshd_mid_command_is_a_bounded_error(
 ) -> None:
     fleet, root = enrolled_pair(sim_fleet_factory, tmp_path / "kill")
     settings = Settings.load(root)
-    entry = current_inventory(settings).host("node-1")
+    entry = Checkout.from_settings(settings).inventory.host("node-1")
     connector = make_connector(settings, TrustMode.STRICT, command_timeout=20)
     with connector.connect(host_accesses(settings, [entry])[0]) as connection:
         started = time.monotonic()

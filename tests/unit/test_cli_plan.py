@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from narwhal_assets.checkout import Checkout
 from narwhal_assets.cli import main
 
 DEST_1 = "SENTINEL-DEST-ops@gpu-a.example"
@@ -52,32 +52,35 @@ def assert_no_secrets(*texts: str) -> None:
         assert "SENTINEL" not in text
 
 
-def assert_no_secret_in_dagster_home() -> None:
-    """Nothing Dagster stored (event log, run storage, logs) holds a destination or password."""
+def assert_no_dagster_run() -> None:
+    """`plan` is a read-only check: it creates no Dagster run (nothing at all under DAGSTER_HOME)."""
     home = Path(os.environ["DAGSTER_HOME"])
-    stored = [p for p in home.rglob("*") if p.is_file()]
-    assert stored, "the run was not recorded in DAGSTER_HOME"
-    for path in stored:
-        assert b"SENTINEL" not in path.read_bytes(), path
+    assert not home.exists() or not any(home.rglob("*")), sorted(home.rglob("*"))
 
 
 def test_plan_prints_hosts_with_roles(checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_env(checkout, GOOD_ENV)
     assert main(["--root", str(checkout), "plan"]) == 0
     out, err = capsys.readouterr()
-    assert out.splitlines() == [
-        f"inventory {hosts_file(checkout)}: 2 physical host(s)",
+    hosts = [
         "  node-1       roles=router,engine-1          ssh_env=NARWHAL_NODE_1_SSH  auth=key/agent",
         "  node-2       roles=engine-2                 ssh_env=NARWHAL_NODE_2_SSH  "
         "auth=password (NARWHAL_NODE_2_SSH_PASSWORD)",
     ]
+    assert out.splitlines() == [
+        f"inventory {hosts_file(checkout)}: 2 physical host(s)",
+        *hosts,
+        f"derived from .env and not saved yet: `deploy-hosts discover` writes {hosts_file(checkout)}",
+    ]
     assert err == ""
-    assert stat.S_IMODE(hosts_file(checkout).stat().st_mode) == 0o600
-    assert_no_secrets(out, err, hosts_file(checkout).read_text())
-    assert_no_secret_in_dagster_home()
-    # A second plan reuses the saved file and prints the same.
+    assert_no_secrets(out, err)
+    assert not hosts_file(checkout).exists() and not (checkout / "config").exists()
+    assert_no_dagster_run()
+    # Once an inventory is saved (by discovery's host_inventory asset), plan validates and prints that file.
+    Checkout.open(checkout).save_inventory()
     assert main(["--root", str(checkout), "plan"]) == 0
-    assert capsys.readouterr().out == out
+    assert capsys.readouterr().out.splitlines() == [f"inventory {hosts_file(checkout)}: 2 physical host(s)", *hosts]
+    assert_no_dagster_run()
 
 
 @pytest.mark.parametrize(
@@ -114,7 +117,7 @@ def test_bad_env_exits_2_and_writes_nothing(
     assert err.splitlines() == [ERR + line.format(env=checkout / ".env") for line in expected]
     assert not (checkout / "config").exists()
     assert_no_secrets(out, err)
-    assert_no_secret_in_dagster_home()
+    assert_no_dagster_run()
 
 
 def test_bad_saved_inventory_reports_every_problem_and_keeps_the_file(
@@ -173,15 +176,14 @@ def test_plan_as_a_subprocess(checkout: Path) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"inventory {hosts_file(checkout)}: 2 physical host(s)"
-    assert [line.split()[:2] for line in lines[1:]] == [
+    assert [line.split()[:2] for line in lines[1:-1]] == [
         ["node-1", "roles=router,engine-1"],
         ["node-2", "roles=engine-2"],
     ]
     assert_no_secrets(done.stdout, done.stderr)
-    assert stat.S_IMODE(hosts_file(checkout).stat().st_mode) == 0o600
+    assert not hosts_file(checkout).exists()
 
     write_env(checkout, f"NARWHAL_NODE_1_SSH='{DEST_1}'\nNARWHAL_NODE_2_SSH=`cat {PASSWORD}`\n")
-    hosts_file(checkout).unlink()
     done = run_module(checkout, "plan")
     assert done.returncode == 2
     assert done.stdout == ""
@@ -191,4 +193,4 @@ def test_plan_as_a_subprocess(checkout: Path) -> None:
     ]
     assert not hosts_file(checkout).exists()
     assert_no_secrets(done.stdout, done.stderr)
-    assert_no_secret_in_dagster_home()
+    assert_no_dagster_run()

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from narwhal_assets.checkout import Checkout
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inventory import (
     HostEntry,
@@ -22,7 +23,6 @@ from narwhal_assets.core.inventory import (
     validate_inventory,
 )
 from narwhal_assets.core.settings import Settings
-from narwhal_assets.inventory_file import current_inventory, save_inventory
 
 # Destination values and passwords are sentinels: none may ever appear in a file or message.
 A = "SENTINEL-DEST-a@mgmt-a.example"
@@ -192,8 +192,8 @@ def test_saved_inventory_holds_names_only_and_is_private(tmp_path: Path) -> None
             "NARWHAL_NODE_2_SSH": B,
         },
     )
-    inv = current_inventory(s)
-    digest = save_inventory(s, inv)
+    inv = Checkout.from_settings(s).inventory
+    digest = Checkout(s, inv, False).save_inventory()
     path = tmp_path / "config" / "hosts.local.json"
     raw = path.read_bytes()
     assert b"SENTINEL" not in raw
@@ -210,15 +210,15 @@ def test_saved_inventory_holds_names_only_and_is_private(tmp_path: Path) -> None
     }
     assert load_inventory(path) == inv
     # Once saved, the file is what every command uses (validated against the current .env).
-    assert current_inventory(Settings.load(tmp_path, environ={})) == inv
+    assert Checkout.from_settings(Settings.load(tmp_path, environ={})).inventory == inv
 
 
 def test_saved_inventory_wins_over_derivation_and_is_validated(tmp_path: Path) -> None:
     s = load(tmp_path, {"NARWHAL_NODE_1_SSH": A, "NARWHAL_NODE_2_SSH": B})
-    save_inventory(s, Inventory(hosts=[host("box", "NARWHAL_NODE_1_SSH", ["router", "engine-1"])]))
+    Checkout(s, Inventory(hosts=[host("box", "NARWHAL_NODE_1_SSH", ["router", "engine-1"])]), False).save_inventory()
     path = tmp_path.resolve() / "config" / "hosts.local.json"
     with pytest.raises(InputError) as info:
-        current_inventory(s)
+        Checkout.from_settings(s)
     assert info.value.problems == [
         f"{path}: hosts: NARWHAL_NODE_2_SSH is set but no host owns role 'engine-2'; add it to the entry of "
         "its machine (or remove the file to derive the inventory again)"
@@ -229,7 +229,7 @@ def test_saved_inventory_wins_over_derivation_and_is_validated(tmp_path: Path) -
 def test_derived_inventory_problems_name_env_as_source(tmp_path: Path) -> None:
     s = load(tmp_path, {"NARWHAL_NODE_1_SSH": A, "NARWHAL_NODE_1_SSH_PASSWORD": ""})
     with pytest.raises(InputError) as info:
-        current_inventory(s)
+        Checkout.from_settings(s)
     assert info.value.problems == [
         f"{tmp_path.resolve() / '.env'} (derived inventory): hosts[0].password_env: variable "
         "NARWHAL_NODE_1_SSH_PASSWORD is unset or empty (set it in .env)"

@@ -13,6 +13,8 @@ from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config
 from narwhal_assets.core.profiling import build_profiling_limits, max_num_seqs
 
+RECORDS = "/checkout/config/launch records.json"
+
 
 def fleet_and_launch(settings=None) -> tuple[Fleet, EngineLaunchConfig]:
     settings = settings or make_settings()
@@ -29,7 +31,7 @@ def with_args(launch: EngineLaunchConfig, role: str, args: list[str]) -> EngineL
 
 def test_limits_equal_the_launch_records() -> None:
     fleet, launch = fleet_and_launch(make_settings({"NARWHAL_NODE_2_MAX_NUM_SEQS": "32"}))
-    limits = build_profiling_limits(fleet, launch)
+    limits = build_profiling_limits(fleet, launch, RECORDS)
     assert json.loads(render_json(limits)) == {"schema": "narwhal.profiling-limits", "schema_version": 1,
                                                "engines": {"n1": 8, "n2": 32}}
     for role, entry in launch.engines.items():
@@ -51,8 +53,8 @@ def test_limits_equal_the_launch_records() -> None:
 def test_a_record_without_a_single_positive_limit_is_refused(args: list[str], expected: str) -> None:
     fleet, launch = fleet_and_launch()
     with pytest.raises(InputError) as info:
-        build_profiling_limits(fleet, with_args(launch, "engine-2", args))
-    assert f"config/engine-launch.local.json: engines.engine-2.args: {expected}" in str(info.value)
+        build_profiling_limits(fleet, with_args(launch, "engine-2", args), RECORDS)
+    assert f"{RECORDS}: engines.engine-2.args: {expected}" in str(info.value)
 
 
 def test_equals_form_is_read() -> None:
@@ -63,7 +65,7 @@ def test_keys_must_equal_the_fleet_iids() -> None:
     fleet, launch = fleet_and_launch()
     missing = launch.model_copy(update={"engines": {"engine-1": launch.engines["engine-1"]}})
     with pytest.raises(InputError, match="no record for fleet engine n2"):
-        build_profiling_limits(fleet, missing)
+        build_profiling_limits(fleet, missing, RECORDS)
     extra = launch.model_copy(update={"engines": {**launch.engines, "engine-7": launch.engines["engine-1"]}})
     with pytest.raises(InputError, match="n7 is not an engine of the fleet"):
-        build_profiling_limits(fleet, extra)
+        build_profiling_limits(fleet, extra, RECORDS)

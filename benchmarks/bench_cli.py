@@ -1,0 +1,115 @@
+"""Command-line cost: start-up of `--help` and `plan`, and `deploy-hosts discover` end to end on N hosts.
+
+Baselines measured in the same run (printed, never asserted):
+- start-up against `python -c "import dagster"` (target: `--help` and `plan` under half of it);
+- `deploy-hosts discover` on N simulated hosts (a new process, as an operator runs it) against the floor of
+  N parallel `ssh host 'python3 -c pass'` over the same fleet (target <= 1.5x).
+Needs root for the fleet part (network namespaces and real sshd); `--startup-only` skips it.
+
+    .venv/bin/python benchmarks/bench_cli.py [--hosts 32] [--repeat 3] [--startup-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from narwhal_assets.fleetsim import SimFleet
+from narwhal_assets.fleetsim.client import FleetSsh
+
+DEPLOY = [sys.executable, "-m", "narwhal_assets"]
+ENGINE_ENV = [
+    "NARWHAL_ENGINE_MODEL_NAME=bench",
+    "NARWHAL_MODEL_DIR=/srv/models/bench",
+    "NARWHAL_RUN_DIR=/var/tmp/narwhal-run",
+    "NARWHAL_FABRIC_INTERFACE=fab0",
+]
+
+
+def best_of(repeat: int, action: Callable[[], None]) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        action()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def run(argv: list[str], **kwargs: object) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:6])} failed: {done.stderr[-2000:]}")
+
+
+def startup(workdir: Path, repeat: int) -> None:
+    root = workdir / "plan-checkout"
+    root.mkdir()
+    (root / ".env").write_text("NARWHAL_NODE_1_SSH=ops@gpu-a\nNARWHAL_NODE_2_SSH=ops@gpu-b\n")
+    base = best_of(repeat, lambda: run([sys.executable, "-c", "import dagster"]))
+    python = best_of(repeat, lambda: run([sys.executable, "-c", "pass"]))
+    help_s = best_of(repeat, lambda: run([*DEPLOY, "--help"]))
+    plan_s = best_of(repeat, lambda: run([*DEPLOY, "plan", "--root", str(root)]))
+    print(f"{'start-up (best of ' + str(repeat) + ')':<34}{'seconds':>10}{'/ import dagster':>18}")
+    for name, seconds in (("python -c pass", python), ("python -c 'import dagster'", base),
+                          ("deploy-hosts --help", help_s), ("deploy-hosts plan", plan_s)):  # fmt: skip
+        print(f"{name:<34}{seconds:>10.3f}{seconds / base:>18.2f}")
+    print("target: --help and plan < 0.5x import dagster\n")
+
+
+def end_to_end(workdir: Path, hosts: int, repeat: int) -> None:
+    with SimFleet(workdir / "fleet") as fleet:
+        for number in range(1, hosts + 1):
+            fleet.add_host(f"h{number}", gpus=1)
+        fleet.start()
+        fleet.write_model("bench", {"weights.bin": b"\0" * 4096}, {"model_type": "llama"})
+        root = workdir / "checkout"
+        root.mkdir()
+        roles = {f"engine-{n}": f"h{n}" for n in range(1, hosts + 1)} | {"router": "h1"}
+        image = f"NARWHAL_ENGINE_IMAGE={fleet.host('h1').image_ref}"
+        (root / ".env").write_text("\n".join([*fleet.env_lines(roles), image, *ENGINE_ENV]) + "\n")
+        ssh = FleetSsh.create(fleet.ssh_config_path, workdir)
+        aliases = [fleet.host(f"h{n}").alias for n in range(1, hosts + 1)]
+
+        def floor() -> None:
+            results = ssh.run_all([(alias, "python3 -c pass") for alias in aliases])
+            if any(r.returncode != 0 for r in results):
+                raise SystemExit("ssh floor failed: " + next(r.stderr for r in results if r.returncode))
+
+        floor()  # enrol the keys for OpenSSH
+        env_home = {"DAGSTER_HOME": str(root / "runs" / "dagster")}
+        discover = [*DEPLOY, "--root", str(root), "discover"]
+        run(discover, env={**_env(), **env_home})  # first run enrols and hashes
+        floor_s = best_of(repeat, floor)
+        discover_s = best_of(repeat, lambda: run(discover, env={**_env(), **env_home}))
+    print(f"{hosts} hosts (best of {repeat})".ljust(34) + f"{'seconds':>10}{'/ ssh floor':>18}")
+    print(f"{'parallel ssh python3 -c pass':<34}{floor_s:>10.2f}{1.0:>18.2f}")
+    print(f"{'deploy-hosts discover':<34}{discover_s:>10.2f}{discover_s / floor_s:>18.2f}")
+    print("target: discover <= 1.5x the ssh floor")
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--startup-only", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="narwhal-bench-") as tmp:
+        workdir = Path(tmp)
+        workdir.chmod(0o711)
+        startup(workdir, args.repeat)
+        if not args.startup_only:
+            end_to_end(workdir, args.hosts, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

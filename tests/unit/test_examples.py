@@ -1,0 +1,29 @@
+"""The committed examples are real: `.env.example` parses, and the inventory derived from it is exactly
+`config/hosts.example.json` (router and engine-1 on one machine, engine-2 on another, as the spec describes)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from narwhal_assets.checkout import Checkout
+from narwhal_assets.core.inventory import load_inventory
+from narwhal_assets.core.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_env_example_derives_the_example_inventory(tmp_path: Path) -> None:
+    shutil.copy(REPO / ".env.example", tmp_path / ".env")
+    checkout = Checkout.from_settings(Settings.load(tmp_path, environ={}))
+    example = load_inventory(REPO / "config" / "hosts.example.json")
+    assert checkout.inventory == example
+    assert [h.roles for h in example.hosts] == [["router", "engine-1"], ["engine-2"]]
+
+
+def test_the_example_inventory_validates_when_saved(tmp_path: Path) -> None:
+    shutil.copy(REPO / ".env.example", tmp_path / ".env")
+    (tmp_path / "config").mkdir()
+    shutil.copy(REPO / "config" / "hosts.example.json", tmp_path / "config" / "hosts.local.json")
+    checkout = Checkout.from_settings(Settings.load(tmp_path, environ={}))
+    assert checkout.inventory_saved and checkout.inventory.host_ids() == ["node-1", "node-2"]
