@@ -27,6 +27,7 @@ from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config, 
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.policy import resolve_engine_field
 from narwhal_assets.core.profiling import ProfilingLimits, build_profiling_limits
+from narwhal_assets.core.roles import Role
 from narwhal_assets.core.settings import Layer, Settings
 from narwhal_assets.privatefiles import ensure_private_dir, sha256_file, write_private
 from narwhal_assets.remote import previous_hashes, probe_script
@@ -128,7 +129,7 @@ def latest_complete_run(settings: Settings, exclude: Path | None = None) -> Disc
 def probe_request(settings: Settings, entry: HostEntry, previous: Mapping[str, CheckpointDigest], full: bool) -> str:
     """The probe program for one host: its engines' model directories and the engine image reference."""
     engines = [n for n in map(engine_number, entry.roles) if n is not None]
-    models = {f"engine-{n}": _required(settings, n, "MODEL_DIR") for n in engines}
+    models = {Role.engine(n).name: _required(settings, n, "MODEL_DIR") for n in engines}
     images = {_required(settings, n, "ENGINE_IMAGE") for n in engines}
     if len(images) > 1:
         raise InputError(

@@ -23,7 +23,7 @@ import dagster as dg
 
 from narwhal_assets import configset
 from narwhal_assets.core.errors import NarwhalError
-from narwhal_assets.privatefiles import ensure_private_dir, write_private
+from narwhal_assets.privatefiles import ensure_private_dir, exclusive_lock, write_private
 
 DAGSTER_HOME_DEFAULT = "runs/dagster"
 INSTANCE_YAML = """\
@@ -42,12 +42,17 @@ class StorageError(NarwhalError):
 
 
 def operator_instance(root: Path) -> dg.DagsterInstance:
-    """The persistent instance at `DAGSTER_HOME` (default `<root>/runs/dagster`, created 0700)."""
+    """The persistent instance at `DAGSTER_HOME` (default `<root>/runs/dagster`, created 0700).
+
+    Opening it is serialised between processes: two commands started at once on a new instance would
+    otherwise both create its SQLite tables and one would fail.
+    """
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(root / DAGSTER_HOME_DEFAULT)))
-    if not (home / "dagster.yaml").exists():
-        write_private(home / "dagster.yaml", INSTANCE_YAML)
     ensure_private_dir(home)
-    return dg.DagsterInstance.get()
+    with exclusive_lock(home / ".narwhal-open.lock"):
+        if not (home / "dagster.yaml").exists():
+            write_private(home / "dagster.yaml", INSTANCE_YAML)
+        return dg.DagsterInstance.get()
 
 
 def run_job(

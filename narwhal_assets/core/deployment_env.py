@@ -16,6 +16,7 @@ from narwhal_assets.core.placement import fabric_address, http_url
 from narwhal_assets.core.policy import operator_value, parse_interface, required_value
 from narwhal_assets.core.ports import parse_port
 from narwhal_assets.core.records import IMAGE_ID_RE
+from narwhal_assets.core.roles import Role
 from narwhal_assets.core.settings import Settings
 
 HEADER = (
@@ -33,7 +34,7 @@ def build_deployment_env(
     problems = Problems()
     address_owner: dict[str, str] = {}
     for n in inventory.engine_numbers():
-        host_id = inventory.host_for_role(f"engine-{n}").id
+        host_id = inventory.host_for_role(Role.engine(n).name).id
         observation = observations.get(host_id)
         if observation is None:
             problems.append(f"host {host_id}: no observation for engine-{n} (run discovery)")
@@ -41,7 +42,7 @@ def build_deployment_env(
         node = problems.attempt(_node_values, settings, n, observation)
         if node is None:
             continue
-        address = node[f"NARWHAL_NODE_{n}_IP"]
+        address = node[Role.engine(n).node_var("IP")]
         owner = address_owner.setdefault(address, host_id)
         if owner != host_id:
             problems.append(f"hosts {owner} and {host_id}: same fabric address {address} (engine-{n}); each host "
@@ -58,7 +59,7 @@ def render_deployment_env(values: Mapping[str, str]) -> str:
 
 def _node_values(settings: Settings, n: int, observation: HostObservation) -> dict[str, str]:
     problems = Problems()
-    prefix = f"NARWHAL_NODE_{n}_"
+    prefix = Role.engine(n).node_prefix
     address = problems.attempt(_fabric_address, settings, n, observation)
     engine_port = problems.attempt(_port, settings, n, "ENGINE_PORT")
     attest_port = problems.attempt(_port, settings, n, "ATTEST_PORT")
@@ -97,7 +98,7 @@ def _image_id(observation: HostObservation, n: int) -> str:
 
 def _config_sha256(settings: Settings, observation: HostObservation, n: int) -> str:
     """The observed `config.json` hash, which must equal a NARWHAL_MODEL_CONFIG_SHA256 the operator pinned."""
-    model = observation.models.get(f"engine-{n}")
+    model = observation.models.get(Role.engine(n).name)
     if model is None:
         raise InputError([f"host {observation.host_id}: the model directory of engine-{n} was not observed"])
     pinned = operator_value(settings, n, "MODEL_CONFIG_SHA256")

@@ -14,10 +14,11 @@ from pydantic import Field
 
 from narwhal_assets.core.errors import InputError, raise_if
 from narwhal_assets.core.inventory import Inventory
-from narwhal_assets.core.launch_models import EngineLaunchConfig, Role
+from narwhal_assets.core.launch_models import EngineLaunchConfig, ServingRole
 from narwhal_assets.core.observations import HostObservation
 from narwhal_assets.core.policy import required_value
 from narwhal_assets.core.records import Record
+from narwhal_assets.core.roles import Role
 from narwhal_assets.core.settings import Settings
 
 REFERENCE_RE = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
@@ -38,7 +39,7 @@ class FleetEngine(Record):
     iid: str
     url: str
     attestation_url: str
-    role: Role
+    role: ServingRole
 
 
 class Slo(Record):
@@ -78,9 +79,9 @@ class Fleet(Record):
     profiles: Profiles = Field(default_factory=Profiles)
     engine: EngineCredential | None = None
 
-    def role_of(self, n: int) -> Role:
+    def role_of(self, n: int) -> ServingRole:
         """Engine `n`'s role, for its per-engine launch file."""
-        return next(e.role for e in self.engines if e.iid == f"n{n}")
+        return next(e.role for e in self.engines if e.iid == Role.engine(n).iid)
 
 
 def build_fleet(
@@ -104,10 +105,10 @@ def build_fleet(
         else []
     )
     for n in numbers:
-        host_id = inventory.host_for_role(f"engine-{n}").id
+        host_id = inventory.host_for_role(Role.engine(n).name).id
         if host_id not in observations:
             problems.append(f"host {host_id}: no observation for engine-{n} (run discovery)")
-        if f"engine-{n}" not in launch.engines:
+        if Role.engine(n).name not in launch.engines:
             problems.append(f"{_LAUNCH_FILE}: engines: no record for engine-{n}")
     raise_if(problems)
     roles = engine_roles(settings, numbers)
@@ -116,9 +117,9 @@ def build_fleet(
         hardware=_hardware(launch, numbers),
         engines=[
             FleetEngine(
-                iid=f"n{n}",
-                url=f"${{NARWHAL_NODE_{n}_URL}}",
-                attestation_url=f"${{NARWHAL_NODE_{n}_ATTESTATION_URL}}",
+                iid=Role.engine(n).iid,
+                url=reference(Role.engine(n).node_var("URL")),
+                attestation_url=reference(Role.engine(n).node_var("ATTESTATION_URL")),
                 role=roles[n],
             )
             for n in numbers
@@ -127,12 +128,12 @@ def build_fleet(
     )
 
 
-def engine_roles(settings: Settings, numbers: list[int]) -> dict[int, Role]:
+def engine_roles(settings: Settings, numbers: list[int]) -> dict[int, ServingRole]:
     """`NARWHAL_NODE_<n>_ROLE` (prefill or decode); by default the first engine prefills, the rest decode."""
-    roles: dict[int, Role] = {}
+    roles: dict[int, ServingRole] = {}
     problems = []
     for index, n in enumerate(numbers):
-        variable = f"NARWHAL_NODE_{n}_ROLE"
+        variable = Role.engine(n).node_var("ROLE")
         value = settings.get(variable) or ("prefill" if index == 0 else "decode")
         if value == "prefill" or value == "decode":
             roles[n] = value
@@ -165,6 +166,11 @@ def engine_credential(settings: Settings) -> EngineCredential | None:
             raise InputError([f"{API_KEY_ENV} names {named}, which is unset or empty (set it in .env)"])
         return EngineCredential(engine_api_key_env=named)
     return EngineCredential(engine_api_key_env=API_KEY) if settings.get(API_KEY) else None
+
+
+def reference(name: str) -> str:
+    """A whole-value `${NAME}` reference, the only form the router resolves."""
+    return "${" + name + "}"
 
 
 def fleet_references(fleet: Fleet) -> set[str]:
@@ -204,7 +210,7 @@ def _model_name(settings: Settings, numbers: list[int]) -> str:
 
 def _hardware(launch: EngineLaunchConfig, numbers: list[int]) -> Hardware:
     """Fleet hardware; engines that differ in GPU product, count or TP size are refused."""
-    per_engine = {n: launch.engines[f"engine-{n}"] for n in numbers}
+    per_engine = {n: launch.engines[Role.engine(n).name] for n in numbers}
     checks = (
         ("accelerator", "GPU product", lambda e: e.accelerator),
         ("gpu_ids", "GPU count", lambda e: len(e.gpu_ids)),

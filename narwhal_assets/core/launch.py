@@ -23,8 +23,8 @@ from narwhal_assets.core.launch_models import (
     EngineLaunchFile,
     LaunchSources,
     Ports,
-    Role,
     Runtime,
+    ServingRole,
 )
 from narwhal_assets.core.observations import HostObservation
 from narwhal_assets.core.placement import (
@@ -37,6 +37,7 @@ from narwhal_assets.core.placement import (
 )
 from narwhal_assets.core.policy import Resolved, Source, SourceLayer, resolve_engine_field
 from narwhal_assets.core.ports import PortClaim, nixl_window, overlap_problems, window_problem
+from narwhal_assets.core.roles import Role
 from narwhal_assets.core.settings import Settings
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
     "EngineLaunchFile",
     "LaunchSources",
     "Resolved",
-    "Role",
+    "ServingRole",
     "build_launch_config",
     "engine_launch_file",
     "launch_sources",
@@ -69,7 +70,7 @@ class _Engine:
 
     @property
     def name(self) -> str:
-        return f"engine-{self.n}"
+        return Role.engine(self.n).name
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def build_launch_config(
     problems = Problems()
     built: dict[int, _Built] = {}
     for n in inventory.engine_numbers():
-        host = inventory.host_for_role(f"engine-{n}")
+        host = inventory.host_for_role(Role.engine(n).name)
         observation = observations.get(host.id)
         if observation is None:
             problems.append(f"host {host.id}: no observation for engine-{n} (run discovery)")
@@ -106,7 +107,7 @@ def build_launch_config(
         if (entry := problems.attempt(_build_engine, settings, engine)) is not None:
             built[n] = entry
     raise_if(problems + _host_problems(built))
-    return EngineLaunchConfig(engines={f"engine-{n}": b.entry for n, b in sorted(built.items())})
+    return EngineLaunchConfig(engines={Role.engine(n).name: b.entry for n, b in sorted(built.items())})
 
 
 def launch_sources(config: EngineLaunchConfig) -> LaunchSources:
@@ -114,13 +115,13 @@ def launch_sources(config: EngineLaunchConfig) -> LaunchSources:
     return LaunchSources(engines={role: dict(entry.sources) for role, entry in config.engines.items()})
 
 
-def engine_launch_file(config: EngineLaunchConfig, n: int, role: Role) -> EngineLaunchFile:
+def engine_launch_file(config: EngineLaunchConfig, n: int, role: ServingRole) -> EngineLaunchFile:
     """The per-engine file shipped to engine `n`'s host; `role` comes from the fleet."""
-    entry = config.engines.get(f"engine-{n}")
+    entry = config.engines.get(Role.engine(n).name)
     if entry is None:
         raise InputError([f"config/engine-launch.local.json: engines: no record for engine-{n}"])
     return EngineLaunchFile.model_validate({
-        **entry.model_dump(), "engine": f"engine-{n}", "iid": f"n{n}", "role": role,
+        **entry.model_dump(), "engine": Role.engine(n).name, "iid": Role.engine(n).iid, "role": role,
         "environment": dict(entry.runtime.environment),
     })
 

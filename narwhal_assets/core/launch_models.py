@@ -11,7 +11,7 @@ from narwhal_assets.core.placement import Transfer
 from narwhal_assets.core.policy import Source
 from narwhal_assets.core.records import Record
 
-Role = Literal["prefill", "decode"]
+ServingRole = Literal["prefill", "decode"]
 ENGINE_FILE_SCHEMA = "narwhal.engine-launch.engine"
 
 
@@ -71,7 +71,7 @@ class _EngineFileHeader(Record):
     schema_version: Literal[1] = 1
     engine: str
     iid: str
-    role: Role
+    role: ServingRole
 
 
 class EngineLaunchFile(EngineLaunch, _EngineFileHeader):
