@@ -41,19 +41,22 @@ ENV
 chmod 0600 "$checkout/.env"
 export DAGSTER_HOME="$checkout/runs/dagster"
 
+deploy="$repo/.venv/bin/deploy-hosts"
 echo "== deploy-hosts plan"
-deploy-hosts --root "$checkout" plan
+"$deploy" --root "$checkout" plan
 echo "== deploy-hosts discover"
-deploy-hosts --root "$checkout" discover
+"$deploy" --root "$checkout" discover
 echo "== deploy-hosts check-access"
-deploy-hosts --root "$checkout" check-access
-echo "== deploy-hosts prepare / install: not yet available (the prepare and install issues come next)"
+"$deploy" --root "$checkout" check-access
 cat <<MSG
 
 Where to look:
   $checkout/config/            generated private inputs (hosts, known hosts, fleet, launch records, deployment.env)
   $checkout/runs/discovery/    observations, checkpoint digests, command logs per discovery run
-  NARWHAL_ROOT=$checkout DAGSTER_HOME=$DAGSTER_HOME dagster dev -w $repo/workspace.yaml   # the UI
-  deploy-hosts --root $checkout shell --role engine-2                 # a shell on the password host
-Stop the simulated fleet with: bash scripts/demo.sh stop
+Try (each works as printed, from any directory):
+  $deploy --root $checkout plan
+  $deploy --root $checkout check-access --role engine-2
+  $deploy --root $checkout shell --role engine-2                          # a shell on the password host
+  cd $repo && NARWHAL_ROOT=$checkout DAGSTER_HOME=$DAGSTER_HOME .venv/bin/dagster dev -w workspace.yaml   # the UI
+Stop the simulated fleet with: bash $repo/scripts/demo.sh stop
 MSG

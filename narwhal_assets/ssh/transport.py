@@ -141,7 +141,7 @@ class Connector:
         return HostConnection(access, endpoint, verdict, transport, hops, self.command_timeout)
 
     def map_hosts(
-        self, accesses: list[HostAccess], work: Callable[[HostConnection], T], workers: int = 16
+        self, accesses: list[HostAccess], work: Callable[[HostConnection], T], workers: int = 64
     ) -> dict[str, T | NarwhalError]:
         """Connect to every host in parallel and run `work` on each; failures are collected, not raised."""
 

@@ -14,8 +14,10 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +29,7 @@ from narwhal_assets.checkout import Checkout
 from narwhal_assets.cli import main
 from narwhal_assets.fleetsim import SimFleet
 
+REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "pw-SENTINEL-d15c0v3ry-41c9"
 DESTINATIONS = {"h1": "mgmt-sentinel-q7zk-a", "h2": "mgmt-sentinel-q7zk-b", "h3": "mgmt-sentinel-q7zk-c"}
 ROLES = {"router": "h1", "engine-1": "h1", "engine-2": "h2", "engine-3": "h3"}
@@ -471,19 +474,33 @@ def assert_manifest(run: Path, root: Path) -> None:
 def test_dagster_cli_materialize_generates_the_same_files(
     checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The README's Dagster commands, exactly: from the repository (no .env there), `NARWHAL_ROOT` naming the
+    checkout, quiet console; `dg launch` and `dagster asset materialize` both regenerate the same files."""
     config = checkout / "config"
     first = discover(checkout, capsys)
     by_command = {name: (config / name).read_text() for name in GENERATED}
-    dagster = Path(sys.executable).with_name("dagster")
-    done = subprocess.run(
-        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "group:discovery"],
-        cwd=checkout, env=dict(os.environ), capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    later = [run for run in run_dirs(checkout) if run != first]
-    assert len(later) == 1 and (later[0] / "manifest.json").exists()
-    for name in GENERATED:
-        assert (config / name).read_text().replace(str(later[0]), str(first)) == by_command[name], name
+    bin_dir = Path(sys.executable).parent
+    quiet = '{"loggers": {"console": {"config": {"log_level": "WARNING"}}}}'
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")} | {"NARWHAL_ROOT": str(checkout)}
+    commands = [
+        [str(bin_dir / "dg"), "launch", "--job", "discovery_job", "--config-json", quiet],
+        [str(bin_dir / "dg"), "launch", "--assets", "*profiling_limits", "--config-json", quiet],
+        [str(bin_dir / "dagster"), "asset", "materialize", "-m", "narwhal_assets.definitions",
+         "--select", "*profiling_limits", "--config-json", quiet],
+    ]  # fmt: skip
+    seen = {first}
+    for command in commands:
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-4000:]
+        # The multiprocess executor's worker-start lines are logged before run config applies; nothing else.
+        debug = [line for line in (done.stdout + done.stderr).splitlines() if " - DEBUG - " in line]
+        assert all("STEP_WORKER_STARTED" in line for line in debug), debug
+        assert "BetaWarning" not in done.stderr
+        later = [run for run in run_dirs(checkout) if run not in seen]
+        assert len(later) == 1 and (later[0] / "manifest.json").exists(), command
+        seen.add(later[0])
+        for name in GENERATED:
+            assert (config / name).read_text().replace(str(later[0]), str(first)) == by_command[name], name
 
 
 @pytest.mark.parametrize(
@@ -558,3 +575,32 @@ def test_enrolling_alone_commits_nothing_when_a_host_fails(checkout: Path, fleet
     assert not (checkout / "config" / "ssh.known_hosts").exists()
     run_job(checkout, "discovery_job", "test", assets=["host_inventory", "ssh_known_hosts"])
     assert len(known_hosts_fingerprints(checkout / "config" / "ssh.known_hosts")) == 3
+
+
+@pytest.mark.parametrize(("signum", "rc"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_ends_discovery_within_seconds_with_one_line_and_nothing_published(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], signum: int, rc: int
+) -> None:
+    """A host whose nvidia-smi hangs keeps the run busy; SIGTERM/SIGINT still end it at once: exit 143/130,
+    one line on stderr (no traceback), the previous config set untouched."""
+    discover(checkout, capsys)
+    before = snapshot(checkout / "config")
+    hang = b"#!/bin/sh\nexec sleep 120\n"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
+    runs_before = set(run_dirs(checkout))
+    with replaced_file(fleet.host("h2").hostdir / "bin" / "nvidia-smi", hang):
+        proc = subprocess.Popen([sys.executable, "-m", "narwhal_assets", "--root", str(checkout), "discover"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not (set(run_dirs(checkout)) - runs_before) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the run directory exists: the probes are under way
+        time.sleep(1.0)
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        waited = time.monotonic() - sent
+    assert proc.returncode == rc, err
+    assert err.splitlines() == [f"deploy-hosts discover: interrupted by {signal.Signals(signum).name}; nothing was "
+                                "published"], err  # fmt: skip
+    assert waited < 10, waited
+    assert snapshot(checkout / "config") == before
