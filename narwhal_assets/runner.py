@@ -70,7 +70,13 @@ def run_job(
     from narwhal_assets.definitions import make_definitions
 
     job = make_definitions(str(root)).resolve_job_def(job_name)
-    instance = operator_instance(root)
+    try:
+        instance = operator_instance(root)
+    except Exception as exc:  # a full disk, a database that is down: say so in one line
+        raise StorageError(
+            f"the Dagster instance at {os.environ['DAGSTER_HOME']} could not be opened: {type(exc).__name__}: "
+            f"{_first_line(str(exc))}; nothing was run, nothing was published"
+        ) from None
     config: dict[str, Any] = {**QUIET, **(run_config or {})}
     all_tags = {COMMAND_TAG: command, **(tags or {})}
     outcome: Future[dg.ExecuteInProcessResult] = Future()

@@ -604,3 +604,36 @@ def test_a_signal_ends_discovery_within_seconds_with_one_line_and_nothing_publis
                                 "published"], err  # fmt: skip
     assert waited < 10, waited
     assert snapshot(checkout / "config") == before
+
+
+def test_a_full_disk_under_dagster_storage_says_whether_the_set_was_published(
+    checkout: Path, fleet: SimFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Dagster's storage on a filesystem that fills up: one line, no traceback, exit 1, and the line says
+    truthfully whether the new config set was published (the config files agree with it)."""
+    home = tmp_path / "tiny-dagster-home"
+    home.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(home)], check=True)
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")} | {"DAGSTER_HOME": str(home)}
+        command = [sys.executable, "-m", "narwhal_assets", "--root", str(checkout), "discover"]
+        first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert first.returncode == 0, first.stderr
+        before = snapshot(checkout / "config")
+        filler = home / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True, check=False)
+        with replaced_file(fleet.model_path("h1", MODEL) / "tokenizer" / "special tokens.txt", b"<S>\n</S>\n"), \
+                replaced_file(fleet.model_path("h2", MODEL) / "tokenizer" / "special tokens.txt", b"<S>\n</S>\n"), \
+                replaced_file(fleet.model_path("h3", MODEL) / "tokenizer" / "special tokens.txt", b"<S>\n</S>\n"):
+            full = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+        lines = full.stderr.splitlines()
+        assert full.returncode == 1, full.stderr
+        assert len(lines) == 1 and "Traceback" not in full.stderr, full.stderr
+        after = snapshot(checkout / "config")
+        if "nothing was published" in lines[0]:
+            assert after == before, [name for name in after if after[name] != before.get(name)]
+        else:  # the set went out, then recording it failed: the line must say both
+            assert "was published" in lines[0] and "lineage" in lines[0], lines[0]
+            assert after != before
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=False)
