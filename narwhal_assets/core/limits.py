@@ -24,10 +24,6 @@ class Limit:
     maximum: int
     why: str
 
-    @property
-    def variables(self) -> list[str]:
-        return [f"{PREFIX}{name}" for name in self.fields]
-
 
 ENV_FILE_BYTES = 1 << 20
 ENV_FILE_LINES = 10_000
@@ -47,9 +43,9 @@ PATH_FIELDS = (
 )
 LIMITS: tuple[Limit, ...] = (
     Limit(("ENGINE_MODEL_NAME",), 256, "served model name; a Hugging Face repository name is at most 96 characters"),
-    Limit(("ENGINE_IMAGE",), 512, "a Docker repository name is at most 255 characters, plus `@sha256:<64 hex>`"),
+    Limit(("ENGINE_IMAGE",), 512, "Docker: a name of 255 characters, a tag of 128, plus `@sha256:<64 hex>`"),
     Limit(("MODEL_DIR", "RUN_DIR"), 1024, "host directories; mounted into the container and written to launch files"),
-    Limit(("GPU_IDS",), 1024, "sixteen GPU UUIDs (40 characters each) with commas fit several times over"),
+    Limit(("GPU_IDS",), 2048, "32 GPU UUIDs (40 characters each) with commas take 1311 bytes"),
     Limit(("EXTRA_ENGINE_ARGS", "ENGINE_ENV"), 4096, "a few dozen allow-listed flags or variables"),
     Limit(("ROUTER_SSH", "SSH"), 1024, "an ssh alias or `user@host`; a DNS name is at most 253 characters"),
     Limit(("ROUTER_SSH_PASSWORD", "SSH_PASSWORD"), 512, "Linux-PAM takes at most 512 bytes (PAM_MAX_RESP_SIZE)"),
