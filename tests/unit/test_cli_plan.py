@@ -156,9 +156,12 @@ def test_saved_inventory_with_wrong_schema(checkout: Path, capsys: pytest.Captur
     assert err.splitlines() == [ERR + f"{saved}: hosts[0].ssh_env: Field required"]
 
 
-def test_a_password_variable_named_as_ssh_env_is_refused(checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """issue 12, item 8: `ssh_env` naming a password variable passed `plan`; the password then travelled as a
-    host name to the resolver, into error text and Dagster's storage."""
+@pytest.mark.parametrize("command", ["plan", "discover"])
+def test_a_password_variable_named_as_ssh_env_is_refused(
+    checkout: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """issue 12, item 8: `ssh_env` naming a password variable passed `plan`; discovery then sent the password
+    to the name resolver, into error text and Dagster's storage. Both refuse it before any connection."""
     write_env(checkout, GOOD_ENV)
     saved = hosts_file(checkout)
     saved.parent.mkdir()
@@ -169,12 +172,12 @@ def test_a_password_variable_named_as_ssh_env_is_refused(checkout: Path, capsys:
         "]}\n"
     )
     saved.write_text(content)
-    assert main(["--root", str(checkout), "plan"]) == 2
+    assert main(["--root", str(checkout), command]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err.splitlines() == [
-        ERR + f"{saved}: hosts[1].ssh_env: must be the destination variable of a role of host 'node-2' "
-        "(NARWHAL_NODE_2_SSH)"
+        f"deploy-hosts {command}: error: {saved}: hosts[1].ssh_env: must be the destination variable of a role "
+        "of host 'node-2' (NARWHAL_NODE_2_SSH)"
     ]
     assert saved.read_text() == content
     assert_no_secrets(out, err)

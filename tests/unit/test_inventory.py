@@ -580,6 +580,17 @@ def test_load_inventory_invalid_json_names_position_not_content(tmp_path: Path) 
     assert info.value.problems == [f"{path}: line 2 column 27: not valid JSON: Expecting value"]
 
 
+def test_load_inventory_reads_at_most_the_size_limit(tmp_path: Path) -> None:
+    inv = Inventory(hosts=[host("node-1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"])])
+    text = inv.to_json()
+    path = write(tmp_path, text + " " * ((1 << 20) - len(text)))
+    assert load_inventory(path) == inv
+    path = write(tmp_path, text + " " * ((1 << 20) - len(text) + 1))
+    with pytest.raises(InputError) as info:
+        load_inventory(path)
+    assert info.value.problems == [f"{path}: larger than 1048576 bytes (see docs/limits.md)"]
+
+
 def test_load_inventory_unreadable(tmp_path: Path) -> None:
     path = tmp_path / "hosts.json"
     path.write_bytes(b'{"hosts": ["\xff"]}')
