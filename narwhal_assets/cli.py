@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    os.umask(0o077)
+    os.umask(0o077)  # everything this process and its children create is private, Dagster's storage included
     args = build_parser().parse_args(argv)
     args.root = (args.root or Path.cwd()).resolve()
     try:

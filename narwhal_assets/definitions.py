@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 
 from narwhal_assets.assets.checks import checkpoint_replicas_agree, generated_files_private, known_hosts_cover_inventory
 from narwhal_assets.assets.discovery import discovered_config, host_discovery
 from narwhal_assets.assets.inventory import host_inventory
 from narwhal_assets.resources import ManagementCheckout, SshSettings
+
+# Every process that loads this code location (dagster CLI, code server, run workers) creates Dagster's
+# storage and compute logs private, like every file the project writes.
+os.umask(0o077)
 
 DISCOVERY_ASSETS = [host_inventory, host_discovery, discovered_config]
 ALL_ASSETS = [*DISCOVERY_ASSETS]

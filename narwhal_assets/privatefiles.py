@@ -7,7 +7,7 @@ import fcntl
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 FILE_MODE = 0o600
@@ -85,16 +85,32 @@ def write_exclusive(path: Path, data: bytes | str) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def loose_modes(paths: list[Path]) -> list[str]:
-    """One line per file not 0600 or directory not 0700 at or below `paths` (missing paths are skipped)."""
-    problems = []
-    for top in paths:
-        below = sorted(top.rglob("*")) if top.is_dir() and not top.is_symlink() else []
-        for path in [top, *below]:
-            if path.is_symlink() or not path.exists():
-                continue
-            want = DIR_MODE if path.is_dir() else FILE_MODE
-            mode = stat.S_IMODE(path.stat().st_mode)
-            if mode != want:
-                problems.append(f"{path}: mode {mode:04o}, expected {want:04o}")
+def non_private(paths: Iterable[Path]) -> list[str]:
+    """One line per file or directory under `paths` that group or others may access, in walk order.
+
+    Private means no group or other permission bit (what 0600 files in 0700 directories give). Directories
+    are walked; symlinks are skipped, never followed (their own mode means nothing, their target is outside
+    the tree); a missing path is skipped. Pure: reports, changes nothing.
+    """
+    problems: list[str] = []
+    for path in (p for top in paths for p in _tree(top)):
+        try:
+            info = path.lstat()
+        except FileNotFoundError:  # removed while walking (a finishing run's temporary file)
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077 and not stat.S_ISLNK(info.st_mode):
+            want = DIR_MODE if stat.S_ISDIR(info.st_mode) else FILE_MODE
+            problems.append(f"{path}: mode {mode:04o}, expected {want:04o}")
     return problems
+
+
+def _tree(top: Path) -> Iterator[Path]:
+    """`top` and, for a directory, everything below it, sorted per directory (symlinks not followed)."""
+    if not os.path.lexists(top):
+        return
+    yield top
+    if top.is_dir() and not top.is_symlink():
+        for directory, dirs, files in os.walk(top):
+            dirs.sort()
+            yield from (Path(directory) / name for name in [*dirs, *sorted(files)])

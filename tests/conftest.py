@@ -21,6 +21,13 @@ def require_fleet_prerequisites() -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(autouse=True)
+def operator_umask() -> None:
+    """Each test starts under a usual operator umask (022), whatever an in-process command or an import of the
+    code location (both set 077 for the whole process) left behind: a mode test must not pass by umask alone."""
+    os.umask(0o022)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("fleet") is not None:
         require_fleet_prerequisites()

@@ -11,7 +11,7 @@ from narwhal_assets.core.digests import compare_replicas
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.settings import Settings
 from narwhal_assets.discovery import DiscoveryRun
-from narwhal_assets.privatefiles import loose_modes
+from narwhal_assets.privatefiles import non_private
 from narwhal_assets.resources import ManagementCheckout
 from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.destination import resolve_endpoint
@@ -76,7 +76,7 @@ def generated_files_private(
 
 def private_modes_result(settings: Settings, key: dg.AssetKey) -> dg.AssetCheckResult:
     paths = GENERATED_FILES[key.to_user_string()](settings)
-    loose = loose_modes(paths)
+    loose = non_private(paths)
     return dg.AssetCheckResult(
         asset_key=key,
         check_name=PRIVATE_CHECK,

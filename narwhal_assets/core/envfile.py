@@ -4,7 +4,8 @@ The parser accepts exactly the assignments whose value bash would take literally
 single quotes, double quotes without expansions, backslash escapes, comments and blank lines. Anything
 that needs a shell to evaluate (command substitution, parameter expansion, tilde or brace expansion,
 several words, line continuation outside quotes) is refused with `file:line` and the variable name, and
-so is any carriage return (a CRLF file). Error messages never contain a value.
+so is any carriage return (a CRLF file). Files, line counts and values are bounded (`core/limits.py`).
+Error messages never contain a value.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from narwhal_assets.core import limits
 from narwhal_assets.core.errors import InputError
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -55,6 +57,8 @@ def parse_env_text(text: str, source: str) -> dict[str, str]:
     """Parse assignment text; `source` names the file in errors. Later assignments win, as in bash."""
     if "\x00" in text:
         raise InputError([f"{source}: contains a NUL byte"])
+    if text.count("\n") + (not text.endswith("\n")) > limits.ENV_FILE_LINES:
+        raise InputError([f"{source}: more than {limits.ENV_FILE_LINES} lines (see {limits.DOCS})"])
     cur = _Cursor(text, source)
     values: dict[str, str] = {}
     while cur.peek():
@@ -78,6 +82,9 @@ def parse_env_text(text: str, source: str) -> dict[str, str]:
             raise cur.fail(start_line, word, "expected '=' right after the variable name")
         cur.take()
         values[word] = _read_value(cur, word, start_line)
+        problem = limits.too_long(word, values[word])
+        if problem:
+            raise cur.fail(start_line, None, problem)
         _finish_line(cur, word, start_line)
     return values
 
@@ -86,7 +93,11 @@ def load_env_file(path: Path) -> dict[str, str]:
     """Parse one assignment file; a missing file is empty, an unreadable one is an error naming it."""
     try:
         # Bytes, not read_text(): universal newlines would turn a CR into LF and hide it from the parser.
-        text = path.read_bytes().decode("utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(limits.ENV_FILE_BYTES + 1)
+        if len(raw) > limits.ENV_FILE_BYTES:
+            raise InputError([f"{path}: larger than {limits.ENV_FILE_BYTES} bytes (see {limits.DOCS})"])
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:

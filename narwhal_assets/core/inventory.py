@@ -12,13 +12,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from narwhal_assets.core import limits
 from narwhal_assets.core.errors import InputError, raise_if
-from narwhal_assets.core.roles import PASSWORD_SUFFIX, ROUTER, ROUTER_SSH, engine_number
-from narwhal_assets.core.settings import Settings
+from narwhal_assets.core.roles import PASSWORD_SUFFIX, ROUTER, ROUTER_SSH, Role, engine_number, node_variable
+from narwhal_assets.core.settings import DOTENV, Layer, Settings
 
-NODE_SSH_RE = re.compile(r"NARWHAL_NODE_([1-9][0-9]*)_SSH")
 HOST_ID_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Names that look like a destination variable; those that are not one exactly would be silently ignored.
+DESTINATION_LIKE_RE = re.compile(r"NARWHAL_(?:ROUTER|NODE_[^_]*)_SSH")
 __all__ = ["PASSWORD_SUFFIX", "ROUTER", "ROUTER_SSH", "HostEntry", "Inventory", "engine_number"]
 
 
@@ -34,6 +35,10 @@ class HostEntry(BaseModel):
 
     def engine_numbers(self) -> list[int]:
         return sorted(n for n in (engine_number(r) for r in self.roles) if n is not None)
+
+    def role_ssh_envs(self) -> list[str]:
+        """The destination variables of this entry's roles: the only names `ssh_env` may hold."""
+        return [role.ssh_env for role in sorted({role for role in map(Role.parse, self.roles) if role})]
 
 
 class Inventory(BaseModel):
@@ -67,16 +72,45 @@ class Inventory(BaseModel):
         return self.model_dump_json(by_alias=True, indent=2) + "\n"
 
 
+def destination_role(name: str) -> Role | None:
+    """The role whose destination variable `name` is (`NARWHAL_ROUTER_SSH`, `NARWHAL_NODE_<n>_SSH`), else None."""
+    if name == ROUTER_SSH:
+        return Role.router()
+    node = node_variable(name)
+    return Role.engine(node[0]) if node and node[1] == "SSH" else None
+
+
 def destination_variables(settings: Settings) -> dict[str, str]:
-    """Role -> the variable naming its destination, from `NARWHAL_NODE_<n>_SSH` and `NARWHAL_ROUTER_SSH`."""
+    """Role -> the variable naming its destination, for each destination variable with a value."""
     roles: dict[str, str] = {}
     for name in settings.names():
-        match = NODE_SSH_RE.fullmatch(name)
-        if match and settings.get(name):
-            roles[f"engine-{int(match.group(1))}"] = name
-    if settings.get(ROUTER_SSH):
-        roles[ROUTER] = ROUTER_SSH
+        role = destination_role(name)
+        if role and settings.get(name):
+            roles[role.name] = name
     return roles
+
+
+def destination_problems(settings: Settings) -> list[str]:
+    """Destination variables that would silently drop a role: set but empty, or not quite the pattern."""
+    problems = []
+    for name in sorted(n for n in settings.names() if DESTINATION_LIKE_RE.fullmatch(n)):
+        value, layer = settings.lookup(name) or ("", Layer.DEFAULT)
+        where = {
+            Layer.DISCOVERED: str(settings.deployment_env_path),
+            Layer.DOTENV: str(settings.root / DOTENV),
+            Layer.PROCESS: "process environment",
+        }.get(layer, "built-in defaults")
+        if destination_role(name) is None:
+            problems.append(
+                f"{where}: {name} is not a destination variable (NARWHAL_ROUTER_SSH or NARWHAL_NODE_<n>_SSH, "
+                "n in 1..999999 without leading zeros); rename or remove it"
+            )
+        elif not value:
+            problems.append(
+                f"{where}: {name} is set but empty, which would drop role {destination_role(name)}; "
+                "give it a destination or remove it"
+            )
+    return problems
 
 
 def derive_inventory(settings: Settings) -> Inventory:
@@ -85,6 +119,7 @@ def derive_inventory(settings: Settings) -> Inventory:
     The router shares the lowest-numbered engine's host when `NARWHAL_ROUTER_SSH` is unset. Ids are
     `node-<n>` after the lowest engine number on the host, or `router` for a router-only host.
     """
+    raise_if(destination_problems(settings))
     role_vars = destination_variables(settings)
     engines = sorted(n for n in map(engine_number, role_vars) if n is not None)
     if not engines:
@@ -99,7 +134,7 @@ def derive_inventory(settings: Settings) -> Inventory:
     for roles in groups.values():
         numbers = sorted(n for n in map(engine_number, roles) if n is not None)
         host_id = f"node-{numbers[0]}" if numbers else ROUTER
-        ssh_env = f"NARWHAL_NODE_{numbers[0]}_SSH" if numbers else ROUTER_SSH
+        ssh_env = Role.engine(numbers[0]).ssh_env if numbers else ROUTER_SSH
         candidates = [ssh_env] + [role_vars[r] for r in roles if r in role_vars]
         password_env = next(
             (c + PASSWORD_SUFFIX for c in candidates if settings.get(c + PASSWORD_SUFFIX) is not None), None
@@ -112,7 +147,11 @@ def derive_inventory(settings: Settings) -> Inventory:
 def load_inventory(path: Path) -> Inventory:
     """Read and structurally check an inventory file; problems name the file and field."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as handle:
+            data = handle.read(limits.INVENTORY_FILE_BYTES + 1)
+        if len(data) > limits.INVENTORY_FILE_BYTES:
+            raise InputError([f"{path}: larger than {limits.INVENTORY_FILE_BYTES} bytes (see {limits.DOCS})"])
+        raw = json.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise InputError([f"{path}: inventory not found (run `deploy-hosts plan` to derive it)"]) from None
     except json.JSONDecodeError as exc:
@@ -148,7 +187,7 @@ def validate_inventory(inventory: Inventory, settings: Settings, source: str) ->
             else:
                 owners[role] = entry.id
         problems += _access_problems(entry, settings, where)
-        destination = settings.get(entry.ssh_env)
+        destination = settings.get(entry.ssh_env) if entry.ssh_env in entry.role_ssh_envs() else None
         problems += _moved_roles(entry, settings, destination, where)
         if destination:
             if destination in destinations:
@@ -158,6 +197,7 @@ def validate_inventory(inventory: Inventory, settings: Settings, source: str) ->
                 )
             else:
                 destinations[destination] = entry.id
+    problems += destination_problems(settings)
     for role, variable in sorted(destination_variables(settings).items()):
         if role not in owners:
             problems.append(
@@ -172,14 +212,24 @@ def validate_inventory(inventory: Inventory, settings: Settings, source: str) ->
 
 
 def _access_problems(entry: HostEntry, settings: Settings, where: str) -> list[str]:
+    """`ssh_env` must be a destination variable of one of the entry's roles, `password_env` its `_PASSWORD`.
+
+    Any other name could point a password or an unrelated secret at the resolver and into error text. The
+    given name is not echoed: a destination or password pasted here by mistake must not reach logs.
+    """
+    own = entry.role_ssh_envs()
+    host = f"host {entry.id!r}" if HOST_ID_RE.fullmatch(entry.id) else "this host"
+    allowed = {"ssh_env": own, "password_env": [name + PASSWORD_SUFFIX for name in own]}
     problems = []
     for field_name, name in (("ssh_env", entry.ssh_env), ("password_env", entry.password_env)):
         if name is None:
             continue
-        if not ENV_NAME_RE.fullmatch(name):
-            # Not echoed: a destination or password pasted here by mistake must not reach logs.
-            problems.append(f"{where}.{field_name}: must name an environment variable (letters, digits, '_')")
-        elif not settings.get(name):
+        if name not in allowed[field_name]:
+            kind = "destination" if field_name == "ssh_env" else "password"
+            choices = " or ".join(allowed[field_name]) or "none: it owns no valid role"
+            problems.append(f"{where}.{field_name}: must be the {kind} variable of a role of {host} ({choices})")
+        elif settings.get(name) is None or (field_name == "password_env" and not settings.get(name)):
+            # An empty destination variable is reported once, by destination_problems.
             problems.append(f"{where}.{field_name}: variable {name} is unset or empty (set it in .env)")
     return problems
 
@@ -190,8 +240,8 @@ def _moved_roles(entry: HostEntry, settings: Settings, destination: str | None, 
         return []
     problems = []
     for role in entry.roles:
-        number = engine_number(role)
-        variable = ROUTER_SSH if role == ROUTER else None if number is None else f"NARWHAL_NODE_{number}_SSH"
+        parsed = Role.parse(role)
+        variable = parsed.ssh_env if parsed else None
         own = settings.get(variable) if variable and variable != entry.ssh_env else None
         if own and own != destination:
             problems.append(

@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
+from narwhal_assets.core import limits
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.records import SHA256_RE
 from narwhal_assets.core.settings import Layer, Settings
@@ -171,10 +172,12 @@ def resolve_engine_field(settings: Settings, n: int, field: str) -> Resolved:
     """Engine `n`'s value of `field`: node override, else fleet-wide variable, else the policy default.
 
     An empty node override of a required field is an error against that field (it would silently export
-    an empty required value).
+    an empty required value), and so is a value over its limit (`core/limits.py`), however the settings
+    were built.
     """
     spec = policy_field(field)
     node = settings.lookup(spec.node_variable(n))
+    fleet = settings.lookup(spec.variable)
     if node is not None:
         value, layer = node
         if spec.required and not value:
@@ -185,11 +188,15 @@ def resolve_engine_field(settings: Settings, n: int, field: str) -> Resolved:
                 ]
             )
         source = _LAYERS[layer] if layer in (Layer.DEFAULT, Layer.DISCOVERED) else SourceLayer.NODE_OVERRIDE
-        return Resolved(value, source, spec.node_variable(n), spec)
-    fleet = settings.lookup(spec.variable)
-    if fleet is not None:
-        return Resolved(fleet[0], _LAYERS[fleet[1]], spec.variable, spec)
-    return Resolved(spec.default, SourceLayer.DEFAULT, None, spec)
+        resolved = Resolved(value, source, spec.node_variable(n), spec)
+    elif fleet is not None:
+        resolved = Resolved(fleet[0], _LAYERS[fleet[1]], spec.variable, spec)
+    else:
+        return Resolved(spec.default, SourceLayer.DEFAULT, None, spec)
+    problem = limits.too_long(resolved.name, resolved.value or "")
+    if problem:
+        raise InputError([f"engine-{n}: {problem}"])
+    return resolved
 
 
 def required_value(settings: Settings, n: int, field: str) -> Resolved:

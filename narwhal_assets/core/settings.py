@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from narwhal_assets.core import limits
 from narwhal_assets.core.envfile import load_env_file
 from narwhal_assets.core.errors import InputError, raise_if
 
@@ -57,13 +58,15 @@ class Settings:
 
         Dagster's CLI and webserver copy a `.env` in their working directory into the process environment,
         so a process value equal to the `.env` value is attributed to `.env`: recorded sources must not
-        depend on whether `deploy-hosts` or `dagster` ran the assets.
+        depend on whether `deploy-hosts` or `dagster` ran the assets. Files and `NARWHAL_*` process values
+        are held to `core/limits.py`.
         """
         root = Path(root).resolve()
         problems: list[str] = []
         discovered, dotenv = (_load_collecting(root / name, problems) for name in (DEPLOYMENT_ENV, DOTENV))
-        raise_if(problems)
         process = dict(os.environ if environ is None else environ)
+        problems += _process_problems(process)
+        raise_if(problems)
         return cls(
             root=root,
             layers=(
@@ -142,6 +145,12 @@ class Settings:
         path = Path(value) if value else Path("~/.ssh/config").expanduser()
         path = path if path.is_absolute() else self.root / path
         return path if path.is_file() else None
+
+
+def _process_problems(process: Mapping[str, str]) -> list[str]:
+    """Over-long `NARWHAL_*` values of the process environment (other variables are not this project's)."""
+    found = (limits.too_long(name, value) for name, value in sorted(process.items()) if name.startswith(limits.PREFIX))
+    return [f"process environment: {problem}" for problem in found if problem]
 
 
 def _load_collecting(path: Path, problems: list[str]) -> dict[str, str]:

@@ -52,6 +52,13 @@ def assert_no_secrets(*texts: str) -> None:
         assert "SENTINEL" not in text
 
 
+def assert_no_secret_in_dagster_home() -> None:
+    """Nothing Dagster stored (event log, run storage, logs), if anything, holds a destination or password."""
+    home = Path(os.environ["DAGSTER_HOME"])
+    for path in (p for p in home.rglob("*") if p.is_file()):
+        assert b"SENTINEL" not in path.read_bytes(), path
+
+
 def assert_no_dagster_run() -> None:
     """`plan` is a read-only check: it creates no Dagster run (nothing at all under DAGSTER_HOME)."""
     home = Path(os.environ["DAGSTER_HOME"])
@@ -123,13 +130,14 @@ def test_bad_env_exits_2_and_writes_nothing(
 def test_bad_saved_inventory_reports_every_problem_and_keeps_the_file(
     checkout: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_env(checkout, GOOD_ENV + f"NARWHAL_NODE_3_SSH='{DEST_1}'\n")
+    write_env(checkout, GOOD_ENV.replace(PASSWORD, "") + f"NARWHAL_NODE_3_SSH='{DEST_1}'\n")
     saved = hosts_file(checkout)
     saved.parent.mkdir()
     content = (
         '{"schema": "narwhal.hosts", "schema_version": 1, "hosts": [\n'
         ' {"id": "node-1", "ssh_env": "NARWHAL_NODE_1_SSH", "roles": ["engine-1"]},\n'
-        ' {"id": "node-1", "ssh_env": "NARWHAL_NODE_2_SSH", "password_env": "NOPE", "roles": ["engine-2"]}\n'
+        ' {"id": "node-1", "ssh_env": "NARWHAL_NODE_2_SSH", "password_env": "NARWHAL_NODE_2_SSH_PASSWORD",'
+        ' "roles": ["engine-2"]}\n'
         "]}\n"
     )
     saved.write_text(content)
@@ -138,7 +146,8 @@ def test_bad_saved_inventory_reports_every_problem_and_keeps_the_file(
     assert out == ""
     assert err.splitlines() == [
         ERR + f"{saved}: hosts[1].id: duplicate host id 'node-1'",
-        ERR + f"{saved}: hosts[1].password_env: variable NOPE is unset or empty (set it in .env)",
+        ERR + f"{saved}: hosts[1].password_env: variable NARWHAL_NODE_2_SSH_PASSWORD is unset or empty (set it in "
+        ".env)",
         ERR + f"{saved}: hosts: NARWHAL_NODE_3_SSH is set but no host owns role 'engine-3'; add it to the entry "
         "of its machine (or remove the file to derive the inventory again)",
         ERR + f"{saved}: hosts: no host owns the 'router' role",
@@ -155,6 +164,94 @@ def test_saved_inventory_with_wrong_schema(checkout: Path, capsys: pytest.Captur
     assert main(["--root", str(checkout), "plan"]) == 2
     _, err = capsys.readouterr()
     assert err.splitlines() == [ERR + f"{saved}: hosts[0].ssh_env: Field required"]
+
+
+@pytest.mark.parametrize("command", ["plan", "discover"])
+def test_a_password_variable_named_as_ssh_env_is_refused(
+    checkout: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """issue 12, item 8: `ssh_env` naming a password variable passed `plan`; discovery then sent the password
+    to the name resolver, into error text and Dagster's storage. Both refuse it before any connection."""
+    write_env(checkout, GOOD_ENV)
+    saved = hosts_file(checkout)
+    saved.parent.mkdir()
+    content = (
+        '{"schema": "narwhal.hosts", "schema_version": 1, "hosts": [\n'
+        ' {"id": "node-1", "ssh_env": "NARWHAL_NODE_1_SSH", "roles": ["router", "engine-1"]},\n'
+        ' {"id": "node-2", "ssh_env": "NARWHAL_NODE_2_SSH_PASSWORD", "roles": ["engine-2"]}\n'
+        "]}\n"
+    )
+    saved.write_text(content)
+    assert main(["--root", str(checkout), command]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        f"deploy-hosts {command}: error: {saved}: hosts[1].ssh_env: must be the destination variable of a role "
+        "of host 'node-2' (NARWHAL_NODE_2_SSH)"
+    ]
+    assert saved.read_text() == content
+    assert_no_secrets(out, err)
+    assert_no_secret_in_dagster_home()
+
+
+BIG_MODEL = "m" * (1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        # issue 12, item 10: a 1 MB model name produced a 1 MB fleet and a 3 MB launch file.
+        (
+            GOOD_ENV + f"NARWHAL_ENGINE_MODEL_NAME={BIG_MODEL[:1000]}\n",
+            "{env}:5: NARWHAL_ENGINE_MODEL_NAME: value is longer than 256 bytes (see docs/limits.md)",
+        ),
+        (
+            GOOD_ENV + f"NARWHAL_NODE_2_RUN_DIR='/{'r' * 1024}'\n",
+            "{env}:5: NARWHAL_NODE_2_RUN_DIR: value is longer than 1024 bytes (see docs/limits.md)",
+        ),
+        (
+            GOOD_ENV.replace(PASSWORD, PASSWORD + "x" * 600),
+            "{env}:4: NARWHAL_NODE_2_SSH_PASSWORD: value is longer than 512 bytes (see docs/limits.md)",
+        ),
+        (
+            GOOD_ENV + f"NARWHAL_ROUTER_URL='{'u' * 9000}'\n",
+            "{env}:5: NARWHAL_ROUTER_URL: value is longer than 8192 bytes (see docs/limits.md)",
+        ),
+        (GOOD_ENV + "# padding\n" * 10_000, "{env}: more than 10000 lines (see docs/limits.md)"),
+        (GOOD_ENV + f"# {BIG_MODEL}\n", "{env}: larger than 1048576 bytes (see docs/limits.md)"),
+        # issue 12, item 11: an empty destination silently dropped that engine.
+        (
+            GOOD_ENV + "NARWHAL_NODE_3_SSH=\n",
+            "{env}: NARWHAL_NODE_3_SSH is set but empty, which would drop role engine-3; give it a destination or "
+            "remove it",
+        ),
+    ],
+)
+def test_values_over_their_limit_and_empty_destinations_exit_2(
+    checkout: Path, capsys: pytest.CaptureFixture[str], env: str, expected: str
+) -> None:
+    write_env(checkout, env)
+    assert main(["--root", str(checkout), "plan"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [ERR + expected.format(env=checkout / ".env")]
+    assert not (checkout / "config").exists()
+    assert_no_secrets(out, err)
+
+
+def test_a_process_value_over_its_limit_exits_2(
+    checkout: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_env(checkout, GOOD_ENV)
+    monkeypatch.setenv("NARWHAL_ENGINE_MODEL_NAME", BIG_MODEL)
+    monkeypatch.setenv("UNRELATED_BIG_VARIABLE", BIG_MODEL)  # not this project's: left alone
+    assert main(["--root", str(checkout), "plan"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        ERR + "process environment: NARWHAL_ENGINE_MODEL_NAME: value is longer than 256 bytes (see docs/limits.md)"
+    ]
+    assert not (checkout / "config").exists()
 
 
 def run_module(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -209,6 +209,40 @@ def test_load_env_file_unreadable(tmp_path: Path) -> None:
     assert info.value.problems == [f"{tmp_path}: cannot read (IsADirectoryError)"]
 
 
+# --- limits (issue 12, item 10) -------------------------------------------------------------------------
+
+
+def test_a_value_over_its_variable_s_limit_names_file_line_and_variable() -> None:
+    model = "NARWHAL_ENGINE_MODEL_NAME"
+    assert parse(f"A=1\n{model}='{'m' * 256}'\n")[model] == "m" * 256
+    assert refusal(f"A=1\n{model}='{SENTINEL}{'m' * 256}'\n") == [
+        f"{SRC}:2: {model}: value is longer than 256 bytes (see docs/limits.md)"
+    ]
+    # The general maximum applies to every assignment, this project's variable or not; multi-line values
+    # are named by the line where they start.
+    assert refusal(f"A=1\nOTHER='{SENTINEL}\n{'x' * 9000}'\nB=2\n") == [
+        f"{SRC}:2: OTHER: value is longer than 8192 bytes (see docs/limits.md)"
+    ]
+
+
+def test_line_count_limit() -> None:
+    assert len(parse("# c\n" * 9_999 + "A=1\n")) == 1
+    assert len(parse("# c\n" * 9_999 + "A=1")) == 1
+    assert refusal("# c\n" * 10_000 + "A=1") == [f"{SRC}: more than 10000 lines (see docs/limits.md)"]
+
+
+def test_load_env_file_reads_at_most_the_size_limit(tmp_path: Path) -> None:
+    path = tmp_path / ".env"
+    line = "# " + "p" * 1021 + "\n"  # 1 KiB
+    path.write_text("A=1\n" + line * 1023 + "#" * 1019 + "\n", encoding="utf-8")
+    assert path.stat().st_size == 1 << 20
+    assert load_env_file(path) == {"A": "1"}
+    path.write_text("A=1\n" + line * 1024, encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_env_file(path)
+    assert info.value.problems == [f"{path}: larger than 1048576 bytes (see docs/limits.md)"]
+
+
 def test_render_exports_is_sorted_single_quoted() -> None:
     text = render_exports({"B": "it's $x", "A": "", "C": "a\nb"})
     assert text == "export A=''\nexport B='it'\\''s $x'\nexport C='a\nb'\n"

@@ -115,13 +115,42 @@ def test_engines_with_identical_destinations_share_a_host_named_after_the_lowest
     validate_inventory(inv, s, SRC)
 
 
-def test_empty_and_malformed_destination_variables_are_ignored(tmp_path: Path) -> None:
-    s = load(
-        tmp_path,
-        {"NARWHAL_NODE_1_SSH": A, "NARWHAL_NODE_2_SSH": "", "NARWHAL_NODE_03_SSH": B, "NARWHAL_NODE_X_SSH": B},
-    )
+def test_empty_and_malformed_destination_variables_are_errors_not_dropped_engines(tmp_path: Path) -> None:
+    """An empty `NARWHAL_NODE_2_SSH=` used to drop engine-2 silently; so did a misspelt engine number."""
+    variables = {
+        "NARWHAL_NODE_1_SSH": A,
+        "NARWHAL_NODE_2_SSH": "",
+        "NARWHAL_NODE_03_SSH": B,
+        "NARWHAL_NODE_X_SSH": B,
+        "NARWHAL_NODE_1234567_SSH": B,
+        "NARWHAL_NODE_1_SSH_PASSWORD": PW,
+    }
+    s = load(tmp_path, variables)
     assert destination_variables(s) == {"engine-1": "NARWHAL_NODE_1_SSH"}
-    assert layout(derive_inventory(s)) == [("node-1", "NARWHAL_NODE_1_SSH", None, ["router", "engine-1"])]
+    env = tmp_path.resolve() / ".env"
+    bad_name = (
+        "is not a destination variable (NARWHAL_ROUTER_SSH or NARWHAL_NODE_<n>_SSH, n in 1..999999 without "
+        "leading zeros); rename or remove it"
+    )
+    expected = [
+        f"{env}: NARWHAL_NODE_03_SSH {bad_name}",
+        f"{env}: NARWHAL_NODE_1234567_SSH {bad_name}",
+        f"{env}: NARWHAL_NODE_2_SSH is set but empty, which would drop role engine-2; give it a destination or "
+        "remove it",
+        f"{env}: NARWHAL_NODE_X_SSH {bad_name}",
+    ]
+    with pytest.raises(InputError) as info:
+        derive_inventory(s)
+    assert info.value.problems == expected
+    # A saved inventory is held to the same rule, and the process environment is named as the source.
+    saved = Inventory(hosts=[host("node-1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"])])
+    (tmp_path / "process").mkdir()
+    s = load(tmp_path / "process", {"NARWHAL_NODE_1_SSH": A, "NARWHAL_NODE_2_SSH": ""}, dotenv=False)
+    assert problems_of(saved, s) == [
+        "process environment: NARWHAL_NODE_2_SSH is set but empty, which would drop role engine-2; give it a "
+        "destination or remove it"
+    ]
+    assert "SENTINEL" not in str(info.value)
 
 
 def test_password_env_is_set_when_the_password_variable_exists(tmp_path: Path) -> None:
@@ -173,7 +202,7 @@ def test_the_host_s_own_password_variable_wins(tmp_path: Path) -> None:
     assert derive_inventory(s).hosts[0].password_env == "NARWHAL_NODE_1_SSH_PASSWORD"
 
 
-@pytest.mark.parametrize("variables", [{}, {"NARWHAL_ROUTER_SSH": A}, {"NARWHAL_NODE_1_SSH": ""}])
+@pytest.mark.parametrize("variables", [{}, {"NARWHAL_ROUTER_SSH": A}, {"NARWHAL_NODE_1_SSH_PASSWORD": PW}])
 def test_no_engine_destination_is_an_error(tmp_path: Path, variables: dict[str, str]) -> None:
     s = load(tmp_path, variables)
     with pytest.raises(InputError) as info:
@@ -287,12 +316,13 @@ ENV_OK = {"NARWHAL_NODE_1_SSH": A, "NARWHAL_NODE_2_SSH": B}
 
 
 def test_valid_hand_written_inventory(tmp_path: Path) -> None:
-    s = load(tmp_path, {**ENV_OK, "BOX_PW": PW, "MY_ALIAS": C, "NARWHAL_NODE_3_SSH": C})
+    s = load(tmp_path, {**ENV_OK, "NARWHAL_ROUTER_SSH_PASSWORD": PW, "NARWHAL_NODE_3_SSH": C, "NARWHAL_NODE_4_SSH": C})
     inv = Inventory(
         hosts=[
-            host("gpu-a", "NARWHAL_NODE_1_SSH", ["engine-1", "router"], password_env="BOX_PW"),
+            # Any role's destination variable may name the host, and any of them + _PASSWORD its password.
+            host("gpu-a", "NARWHAL_NODE_1_SSH", ["engine-1", "router"], password_env="NARWHAL_ROUTER_SSH_PASSWORD"),
             host("gpu-b", "NARWHAL_NODE_2_SSH", ["engine-2"]),
-            host("gpu-c", "MY_ALIAS", ["engine-3"]),
+            host("gpu-c", "NARWHAL_NODE_4_SSH", ["engine-3", "engine-4"]),
         ]
     )
     validate_inventory(inv, s, SRC)
@@ -321,7 +351,7 @@ def test_valid_hand_written_inventory(tmp_path: Path) -> None:
         ),
         (
             [host("n1", "NARWHAL_ROUTER_SSH", ["router"])],
-            {"NARWHAL_NODE_1_SSH": "", "NARWHAL_NODE_2_SSH": "", "NARWHAL_ROUTER_SSH": A},
+            {"NARWHAL_NODE_1_SSH": None, "NARWHAL_NODE_2_SSH": None, "NARWHAL_ROUTER_SSH": A},
             "hosts.json: hosts: no host owns an 'engine-<n>' role",
         ),
         (
@@ -333,8 +363,11 @@ def test_valid_hand_written_inventory(tmp_path: Path) -> None:
             "hosts.json: hosts[0].roles: 'gpu' is neither 'router' nor 'engine-<n>'",
         ),
         (
-            [host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]), host("n2", "N2", ["engine-02"])],
-            {"NARWHAL_NODE_2_SSH": "", "N2": B},
+            [
+                host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]),
+                host("n2", "NARWHAL_NODE_2_SSH", ["engine-2", "engine-02"]),
+            ],
+            {},
             "hosts.json: hosts[1].roles: 'engine-02' is neither 'router' nor 'engine-<n>'",
         ),
         (
@@ -355,13 +388,50 @@ def test_valid_hand_written_inventory(tmp_path: Path) -> None:
         ),
         (
             [host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]), host("n2", "NARWHAL_NODE_2_SSH", ["engine-2"])],
-            {"NARWHAL_NODE_2_SSH": ""},
+            {"NARWHAL_NODE_2_SSH": None},
             "hosts.json: hosts[1].ssh_env: variable NARWHAL_NODE_2_SSH is unset or empty (set it in .env)",
         ),
         (
-            [host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]), host("n2", "UNSET_ALIAS", ["engine-2"])],
+            [host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]), host("n2", "NARWHAL_NODE_2_SSH", ["engine-2"])],
             {"NARWHAL_NODE_2_SSH": ""},
-            "hosts.json: hosts[1].ssh_env: variable UNSET_ALIAS is unset or empty (set it in .env)",
+            "{env}: NARWHAL_NODE_2_SSH is set but empty, which would drop role engine-2; give it a destination or "
+            "remove it",
+        ),
+        # issue 12, item 8: a password (or any other variable) named as a destination would travel as a host name.
+        (
+            [
+                host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]),
+                host("n2", "NARWHAL_NODE_2_SSH_PASSWORD", ["engine-2"]),
+            ],
+            {"NARWHAL_NODE_2_SSH_PASSWORD": PW},
+            "hosts.json: hosts[1].ssh_env: must be the destination variable of a role of host 'n2' "
+            "(NARWHAL_NODE_2_SSH)",
+        ),
+        (
+            [host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]), host("n2", "SECRET_TOKEN", ["engine-2"])],
+            {"SECRET_TOKEN": PW},
+            "hosts.json: hosts[1].ssh_env: must be the destination variable of a role of host 'n2' "
+            "(NARWHAL_NODE_2_SSH)",
+        ),
+        (
+            [host("n1", "NARWHAL_ROUTER_SSH", ["engine-1"]), host("n2", "NARWHAL_NODE_2_SSH", ["router", "engine-2"])],
+            {"NARWHAL_ROUTER_SSH": B},
+            "hosts.json: hosts[0].ssh_env: must be the destination variable of a role of host 'n1' "
+            "(NARWHAL_NODE_1_SSH)",
+        ),
+        (
+            [host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]), host("n2", "NARWHAL_NODE_1_SSH", ["engine-2"])],
+            {"NARWHAL_NODE_2_SSH": None},
+            "hosts.json: hosts[1].ssh_env: must be the destination variable of a role of host 'n2' "
+            "(NARWHAL_NODE_2_SSH)",
+        ),
+        (
+            [host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]), host("Bad Id", "X", ["gpu"])],
+            {"NARWHAL_NODE_2_SSH": None, "X": A},
+            "hosts.json: hosts[1].id: 'Bad Id' must be lowercase letters, digits and '-' (<= 63)\n"
+            "hosts.json: hosts[1].roles: 'gpu' is neither 'router' nor 'engine-<n>'\n"
+            "hosts.json: hosts[1].ssh_env: must be the destination variable of a role of this host "
+            "(none: it owns no valid role)",
         ),
         (
             [
@@ -375,21 +445,37 @@ def test_valid_hand_written_inventory(tmp_path: Path) -> None:
         (
             [
                 host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]),
-                host("n2", "NARWHAL_NODE_2_SSH", ["engine-2"], password_env="EMPTY_PW"),
+                host("n2", "NARWHAL_NODE_2_SSH", ["engine-2"], password_env="NARWHAL_NODE_2_SSH_PASSWORD"),
             ],
-            {"EMPTY_PW": ""},
-            "hosts.json: hosts[1].password_env: variable EMPTY_PW is unset or empty (set it in .env)",
+            {"NARWHAL_NODE_2_SSH_PASSWORD": ""},
+            "hosts.json: hosts[1].password_env: variable NARWHAL_NODE_2_SSH_PASSWORD is unset or empty "
+            "(set it in .env)",
+        ),
+        # A password of another host, a destination, or an unrelated variable is not this host's password.
+        (
+            [
+                host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]),
+                host("n2", "NARWHAL_NODE_2_SSH", ["engine-2"], password_env="NARWHAL_NODE_1_SSH_PASSWORD"),
+            ],
+            {"NARWHAL_NODE_1_SSH_PASSWORD": PW},
+            "hosts.json: hosts[1].password_env: must be the password variable of a role of host 'n2' "
+            "(NARWHAL_NODE_2_SSH_PASSWORD)",
+        ),
+        (
+            [
+                host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"], password_env="NARWHAL_NODE_1_SSH"),
+                host("n2", "NARWHAL_NODE_2_SSH", ["engine-2"], password_env="SECRET_TOKEN"),
+            ],
+            {"SECRET_TOKEN": PW},
+            "hosts.json: hosts[0].password_env: must be the password variable of a role of host 'n1' "
+            "(NARWHAL_ROUTER_SSH_PASSWORD or NARWHAL_NODE_1_SSH_PASSWORD)\n"
+            "hosts.json: hosts[1].password_env: must be the password variable of a role of host 'n2' "
+            "(NARWHAL_NODE_2_SSH_PASSWORD)",
         ),
         (
             [host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]), host("n2", "NARWHAL_NODE_2_SSH", ["engine-2"])],
             {"NARWHAL_NODE_2_SSH": A},
             "hosts.json: hosts[1].ssh_env: NARWHAL_NODE_2_SSH has the same destination as host 'n1'; put all "
-            "roles of one machine in one entry",
-        ),
-        (
-            [host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]), host("n2", "NARWHAL_NODE_1_SSH", ["engine-2"])],
-            {"NARWHAL_NODE_2_SSH": ""},
-            "hosts.json: hosts[1].ssh_env: NARWHAL_NODE_1_SSH has the same destination as host 'n1'; put all "
             "roles of one machine in one entry",
         ),
         (
@@ -415,18 +501,21 @@ def test_valid_hand_written_inventory(tmp_path: Path) -> None:
     ],
 )
 def test_each_rule_has_its_message(
-    tmp_path: Path, hosts: list[HostEntry], extra_env: dict[str, str], message: str
+    tmp_path: Path, hosts: list[HostEntry], extra_env: dict[str, str | None], message: str
 ) -> None:
-    s = load(tmp_path, {**ENV_OK, **extra_env})
+    """One inventory, one problem (or several, one per line); `None` in `extra_env` unsets a variable."""
+    variables = {name: value for name, value in {**ENV_OK, **extra_env}.items() if value is not None}
+    s = load(tmp_path, variables)
     problems = problems_of(Inventory(hosts=hosts), s)
-    assert problems == [message]
+    assert problems == message.format(env=tmp_path.resolve() / ".env").split("\n")
+    assert "SENTINEL" not in "\n".join(problems)
 
 
 @pytest.mark.parametrize("field", ["ssh_env", "password_env"])
 def test_a_value_pasted_instead_of_a_variable_name_is_not_echoed(tmp_path: Path, field: str) -> None:
-    s = load(tmp_path, {**ENV_OK, "X": "1"})
+    s = load(tmp_path, ENV_OK)
     pasted = A if field == "ssh_env" else PW
-    fields = {"ssh_env": "NARWHAL_NODE_1_SSH", "password_env": "X", field: pasted}
+    fields = {"ssh_env": "NARWHAL_NODE_1_SSH", "password_env": None, field: pasted}
     inv = Inventory(
         hosts=[
             HostEntry(id="n1", roles=["router", "engine-1"], **fields),
@@ -434,7 +523,12 @@ def test_a_value_pasted_instead_of_a_variable_name_is_not_echoed(tmp_path: Path,
         ]
     )
     problems = problems_of(inv, s)
-    assert problems == [f"hosts.json: hosts[0].{field}: must name an environment variable (letters, digits, '_')"]
+    kind = "destination" if field == "ssh_env" else "password"
+    suffix = "" if field == "ssh_env" else "_PASSWORD"
+    assert problems == [
+        f"hosts.json: hosts[0].{field}: must be the {kind} variable of a role of host 'n1' "
+        f"(NARWHAL_ROUTER_SSH{suffix} or NARWHAL_NODE_1_SSH{suffix})"
+    ]
 
 
 def test_multiple_problems_are_reported_together(tmp_path: Path) -> None:
@@ -442,7 +536,7 @@ def test_multiple_problems_are_reported_together(tmp_path: Path) -> None:
     inv = Inventory(
         hosts=[
             host("n1", "NARWHAL_NODE_1_SSH", ["engine-1", "Router"]),
-            host("n1", "MISSING_DEST", ["engine-1"], password_env="MISSING_PW"),
+            host("n1", "NARWHAL_NODE_1_SSH", ["engine-1"], password_env="NARWHAL_NODE_1_SSH_PASSWORD"),
             host("n3", "NARWHAL_NODE_2_SSH", ["engine-2"]),
             host("n4", "NARWHAL_NODE_1_SSH", ["engine-4"]),
         ]
@@ -451,10 +545,10 @@ def test_multiple_problems_are_reported_together(tmp_path: Path) -> None:
         "hosts.json: hosts[0].roles: 'Router' is neither 'router' nor 'engine-<n>'",
         "hosts.json: hosts[1].id: duplicate host id 'n1'",
         "hosts.json: hosts[1].roles: role 'engine-1' is already owned by host 'n1'",
-        "hosts.json: hosts[1].ssh_env: variable MISSING_DEST is unset or empty (set it in .env)",
-        "hosts.json: hosts[1].password_env: variable MISSING_PW is unset or empty (set it in .env)",
-        "hosts.json: hosts[3].ssh_env: NARWHAL_NODE_1_SSH has the same destination as host 'n1'; put all roles "
+        "hosts.json: hosts[1].password_env: variable NARWHAL_NODE_1_SSH_PASSWORD is unset or empty (set it in .env)",
+        "hosts.json: hosts[1].ssh_env: NARWHAL_NODE_1_SSH has the same destination as host 'n1'; put all roles "
         "of one machine in one entry",
+        "hosts.json: hosts[3].ssh_env: must be the destination variable of a role of host 'n4' (NARWHAL_NODE_4_SSH)",
         "hosts.json: hosts: NARWHAL_NODE_3_SSH is set but no host owns role 'engine-3'; add it to the entry "
         "of its machine (or remove the file to derive the inventory again)",
         "hosts.json: hosts: no host owns the 'router' role",
@@ -484,6 +578,17 @@ def test_load_inventory_invalid_json_names_position_not_content(tmp_path: Path) 
     with pytest.raises(InputError) as info:
         load_inventory(path)
     assert info.value.problems == [f"{path}: line 2 column 27: not valid JSON: Expecting value"]
+
+
+def test_load_inventory_reads_at_most_the_size_limit(tmp_path: Path) -> None:
+    inv = Inventory(hosts=[host("node-1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"])])
+    text = inv.to_json()
+    path = write(tmp_path, text + " " * ((1 << 20) - len(text)))
+    assert load_inventory(path) == inv
+    path = write(tmp_path, text + " " * ((1 << 20) - len(text) + 1))
+    with pytest.raises(InputError) as info:
+        load_inventory(path)
+    assert info.value.problems == [f"{path}: larger than 1048576 bytes (see docs/limits.md)"]
 
 
 def test_load_inventory_unreadable(tmp_path: Path) -> None:

@@ -135,3 +135,22 @@ def test_a_process_value_equal_to_dotenv_is_attributed_to_dotenv(tmp_path: Path)
     settings = Settings.load(tmp_path, environ={"NARWHAL_MAX_NUM_SEQS": "16", "NARWHAL_GPU_IDS": "1"})
     assert settings.lookup("NARWHAL_MAX_NUM_SEQS") == ("16", Layer.DOTENV)
     assert settings.lookup("NARWHAL_GPU_IDS") == ("1", Layer.PROCESS)
+
+
+def test_process_values_are_held_to_their_limits_with_the_files_problems(tmp_path: Path) -> None:
+    """issue 12, item 10: `NARWHAL_*` process values are bounded too; every problem is reported at once."""
+    root = checkout(tmp_path, dotenv=f"NARWHAL_RUN_DIR='/{'r' * 1024}'\n")
+    environ = {
+        "NARWHAL_NODE_1_SSH_PASSWORD": "p" * 513,
+        "NARWHAL_ENGINE_MODEL_NAME": "m" * 256,
+        "PATH": "x" * 100_000,  # not this project's variable: not read, not bounded
+    }
+    with pytest.raises(InputError) as info:
+        Settings.load(root, environ=environ)
+    assert info.value.problems == [
+        f"{root / '.env'}:1: NARWHAL_RUN_DIR: value is longer than 1024 bytes (see docs/limits.md)",
+        "process environment: NARWHAL_NODE_1_SSH_PASSWORD: value is longer than 512 bytes (see docs/limits.md)",
+    ]
+    (root / ".env").unlink()
+    del environ["NARWHAL_NODE_1_SSH_PASSWORD"]
+    assert Settings.load(root, environ=environ).get("NARWHAL_ENGINE_MODEL_NAME") == "m" * 256
