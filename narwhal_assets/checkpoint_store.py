@@ -30,7 +30,7 @@ MANIFEST = "manifest.json"
 CHECKPOINT_GLOB = "engine-*-checkpoint.json"
 GRACE_S = 2 * 3600.0  # longer than any discovery may run: younger incomplete runs and objects may be in use
 
-__all__ = ["load_checkpoint", "objects_dir", "prune_discovery_runs", "save_checkpoint"]
+__all__ = ["OBJECTS_DIR", "load_checkpoint", "objects_dir", "prune_discovery_runs", "save_checkpoint"]
 
 
 def objects_dir(discovery_dir: Path) -> Path:
@@ -106,9 +106,27 @@ def _runs(discovery_dir: Path) -> Iterator[RunInfo]:
         manifest = run_dir / MANIFEST
         complete = manifest.is_file()
         started = run_dir.name.split("-", 1)[0]
-        activity = max((p.stat().st_mtime for p in (run_dir, *run_dir.rglob("*"))), default=0.0)
+        activity = max(_mtime(p) for p in (run_dir, *run_dir.rglob("*")))
         order = (started, manifest.stat().st_mtime_ns if complete else 0, run_dir.name)
         yield RunInfo(name=run_dir.name, complete=complete, order=order, last_activity=activity)
+
+
+def _mtime(path: Path) -> float:
+    """A file that vanished while listing (a temp file renamed into place) counts as no activity: the
+    rename itself updated its directory's mtime."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _remove(path: Path) -> bool:
+    """Best effort: a run or object that cannot be removed now is tried again after the next publish."""
+    try:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    except OSError:
+        return False
+    return True
 
 
 def _referenced(run_dir: Path) -> set[str]:
@@ -128,19 +146,18 @@ def prune_discovery_runs(discovery_dir: Path, keep: int, current: str | None, no
     """Delete old runs (see `narwhal_assets.core.retention`) and objects no remaining run refers to.
 
     Call it under the publish lock, after a run published: `current` is that run's directory name (the
-    one the config set now comes from). Returns what was deleted.
+    one the config set now comes from). Returns what was deleted; what could not be deleted (a file
+    system error) stays for the next time, since the published set does not depend on it.
     """
     if not discovery_dir.is_dir():
         return []
     stale_before = (time.time() if now is None else now) - GRACE_S
-    removed = [discovery_dir / name for name in runs_to_remove(list(_runs(discovery_dir)), keep, current, stale_before)]
-    for run_dir in removed:
-        shutil.rmtree(run_dir)
+    names = runs_to_remove(list(_runs(discovery_dir)), keep, current, stale_before)
+    removed = [path for path in (discovery_dir / name for name in names) if _remove(path)]
     store = objects_dir(discovery_dir)
     if store.is_dir():
-        objects = {p.stem: p.stat().st_mtime for p in store.glob("*.json")}
+        objects = {p.stem: _mtime(p) for p in store.glob("*.json")}
         referenced = {name for run in discovery_dir.iterdir() if run.is_dir() for name in _referenced(run)}
-        for name in objects_to_remove(objects, referenced, stale_before):
-            (store / f"{name}.json").unlink()
-            removed.append(store / f"{name}.json")
+        stale = [store / f"{name}.json" for name in objects_to_remove(objects, referenced, stale_before)]
+        removed += [path for path in stale if _remove(path)]
     return removed

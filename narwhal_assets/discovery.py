@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from narwhal_assets.checkpoint_store import load_checkpoint, prune_discovery_runs, save_checkpoint
 from narwhal_assets.core.deployment_env import build_deployment_env, render_deployment_env
 from narwhal_assets.core.digests import compare_replicas
 from narwhal_assets.core.errors import InputError, NarwhalError
@@ -25,6 +26,7 @@ from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config, 
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.policy import resolve_engine_field
 from narwhal_assets.core.profiling import ProfilingLimits, build_profiling_limits
+from narwhal_assets.core.retention import KEEP_RUNS_VARIABLE, keep_runs
 from narwhal_assets.core.settings import DEPLOYMENT_ENV, Layer, Settings
 from narwhal_assets.privatefiles import ensure_private_dir, exclusive_lock, sha256_file, write_private
 from narwhal_assets.remote import previous_hashes, probe_script
@@ -61,7 +63,7 @@ class DiscoveryRun:
                 obs = HostObservation.model_validate(raw)
                 run.observations[obs.host_id] = obs
             elif raw.get("schema") == "narwhal.checkpoint":
-                digest = CheckpointDigest.model_validate(raw)
+                digest = load_checkpoint(path)
                 run.checkpoints[digest.engine] = digest
         return run
 
@@ -185,7 +187,7 @@ def inspect_hosts(
         write_private(run.run_dir / f"{host_id}.json", render_json(observation))
         for engine, digest in digests.items():
             run.checkpoints[engine] = digest
-            write_private(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), render_json(digest))
+            save_checkpoint(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), digest)
     raise_together(failures)
     compare_replicas(run.checkpoints)
     return run
@@ -244,6 +246,7 @@ def publish_config(settings: Settings, run: DiscoveryRun, files: Mapping[Path, s
     Each file is replaced atomically; the manifest written last marks the run as complete. Two discoveries
     publishing at once take turns, so the files on disk always form one run's set.
     """
+    keep = keep_runs(settings.get(KEEP_RUNS_VARIABLE))
     with exclusive_lock(settings.path("NARWHAL_DISCOVERY_DIR") / PUBLISH_LOCK):
         archive_previous(settings, run, files)
         digests = {_relative(settings, path): write_private(path, text) for path, text in files.items()}
@@ -252,6 +255,7 @@ def publish_config(settings: Settings, run: DiscoveryRun, files: Mapping[Path, s
                 digests[_relative(settings, path)] = sha256_file(path)
         manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests}
         write_private(run.run_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        prune_discovery_runs(settings.discovery_dir, keep, current=run.run_dir.name)
     return digests
 
 
