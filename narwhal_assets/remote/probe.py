@@ -17,6 +17,7 @@ import errno
 import hashlib
 import heapq
 import json
+import operator
 import os
 import platform
 import selectors
@@ -363,10 +364,11 @@ def examine(path: str, previous: Any, buffer: bytearray, defer_above: int) -> Ro
 
 def examine_range(
     files: list[tuple[str, str]], previous: Any, buffer: bytearray, span: tuple[int, int], defer_above: int
-) -> list[list[Any]]:
-    """`examine` files[start:end]; one item per file that was not reused: [index, problem],
-    [index, size, mtime_ns, inode] (deferred) or [index, size, mtime_ns, inode, sha256] (hashed)."""
+) -> tuple[list[list[Any]], list[tuple[int, int]]]:
+    """`examine` files[start:end]. Items for the files that were not reused, [index, problem] or
+    [index, size, mtime_ns, inode, sha256], and (size, index) of the files deferred as large."""
     items: list[list[Any]] = []
+    deferred: list[tuple[int, int]] = []
     for index in range(*span):
         rel, path = files[index]
         try:
@@ -377,16 +379,20 @@ def examine_range(
         except OSError as exc:
             items.append([index, f"{path}: {exc.strerror or exc}"])
             continue
-        if outcome is not None:
+        if outcome is None:
+            continue
+        if len(outcome) == 3:
+            deferred.append((outcome[0], index))
+        else:
             items.append([index, *outcome])
-    return items
+    return items, deferred
 
 
 TASK = struct.Struct("<III")  # kind (0: examine a range, deferring large files; 1: hash one file), start, end
 
 
 def _serve(files: list[tuple[str, str]], previous: Any, task_fd: int, result_fd: int) -> None:
-    """Worker process loop: read a task, answer one JSON line `[kind, start, items]`; stop at end of file."""
+    """Worker process loop: read a task, answer one JSON line `[kind, start, items, deferred]`; stop at EOF."""
     buffer = bytearray(READ_CHUNK)
     while True:
         raw = b""
@@ -397,8 +403,8 @@ def _serve(files: list[tuple[str, str]], previous: Any, task_fd: int, result_fd:
             raw += part
         kind, start, end = TASK.unpack(raw)
         defer_above = LARGE_FILE if kind == 0 else 1 << 62
-        items = examine_range(files, None if kind == 1 else previous, buffer, (start, end), defer_above)
-        _write_all(result_fd, json.dumps([kind, start, items]).encode() + b"\n")
+        items, deferred = examine_range(files, None if kind == 1 else previous, buffer, (start, end), defer_above)
+        _write_all(result_fd, json.dumps([kind, start, items, deferred]).encode() + b"\n")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -445,15 +451,15 @@ class _Worker:
             os.close(self.task_fd)
             self.task_fd = -1
 
-    def answers(self, data: bytes) -> list[tuple[tuple[int, int, int], list[list[Any]]]]:
+    def answers(self, data: bytes) -> list[tuple[tuple[int, int, int], list[list[Any]], list[list[int]]]]:
         self.received += data
         *lines, self.received = self.received.split(b"\n")
         done = []
         for line in lines:
-            kind, start, items = json.loads(line)
+            kind, start, items, deferred = json.loads(line)
             task = next(t for t in self.pending if t[:2] == (kind, start))
             self.pending.remove(task)
-            done.append((task, items))
+            done.append((task, items, deferred))
         return done
 
     def finish(self) -> int:
@@ -484,13 +490,12 @@ class _Scheduler:
             return self.ranges.pop()
         return None
 
-    def done(self, task: tuple[int, int, int], items: list[list[Any]]) -> None:
-        for item in items:
-            if task[0] == 0 and len(item) == 4:
-                heapq.heappush(self.large, (-item[1], item[0]))
-            else:
-                self.items.append(item)
-        self.ranges_out -= task[0] == 0
+    def done(self, task: tuple[int, int, int], items: list[list[Any]], deferred: list[list[int]]) -> None:
+        self.items += items
+        for size, index in deferred:
+            heapq.heappush(self.large, (-size, index))
+        if task[0] == 0:
+            self.ranges_out -= 1
 
     @property
     def finished(self) -> bool:
@@ -530,8 +535,8 @@ def _examine_in_workers(files: list[tuple[str, str]], previous: Any, workers: in
                     plan.lost += worker.pending
                     plan.ranges_out -= sum(task[0] == 0 for task in worker.pending)
                     worker.pending = []
-                for task, items in worker.answers(data) if data else []:
-                    plan.done(task, items)
+                for answer in worker.answers(data) if data else []:
+                    plan.done(*answer)
     statuses = [worker.finish() for worker in pool]
     failure = next((f"hashing process exited with wait status {s}" for s in statuses if s), "no hashing process left")
     lost = [*plan.lost, *[(1, index, index + 1) for _, index in plan.large], *plan.ranges]
@@ -544,7 +549,7 @@ def hash_files(files: list[tuple[str, str]], previous: Any, workers: int) -> lis
     """Items (see `examine_range`) for every file not reused from `previous` (None: hash everything)."""
     if workers > 1 and len(files) > 1:
         return _examine_in_workers(files, previous, workers)
-    return examine_range(files, previous, bytearray(READ_CHUNK), (0, len(files)), 1 << 62)
+    return examine_range(files, previous, bytearray(READ_CHUNK), (0, len(files)), 1 << 62)[0]
 
 
 def read_config(root: str, expected_sha256: str) -> tuple[str | None, list[str]]:
@@ -582,35 +587,32 @@ def hash_tree(
     found, problems = scan_tree(root)
     if not problems:
         reusable = None if full or not previous else previous
-        rows: list[Any] = [None] * len(found)
+        answered: dict[int, list[Any]] = {}
         for item in hash_files(found, reusable, workers or os.cpu_count() or 1):
-            if len(item) == 2:
-                problems.append(item[1])
-            else:
-                rows[item[0]] = item[1:]
-                result["bytes_hashed"] += item[1]
-        for index, row in enumerate(rows):
-            if row is None and reusable is not None:
-                rows[index] = reusable[found[index][0]]
+            answered[item[0]] = item
+        files = result["files"]
+        for index, (rel, _) in enumerate(found):
+            item = answered.get(index)
+            if item is None:  # not answered: reused, its stat unchanged
+                size, mtime_ns, inode, sha256 = reusable[rel]  # type: ignore[index]
                 result["files_reused"] += 1
-                result["bytes_reused"] += rows[index][0]
-        # Code point order of str equals UTF-8 byte order (names were checked to encode), so no key function.
-        result["files"] = [
-            {"path": rel, "size": row[0], "mtime_ns": row[1], "inode": row[2], "sha256": row[3]}
-            for (rel, _), row in sorted(zip(found, rows), key=_first)  # noqa: B905 (strict= needs Python 3.10)
-            if row is not None
-        ]
-        config = next((row[3] for (rel, _), row in zip(found, rows) if rel == CONFIG_FILE and row), None)  # noqa: B905
+                result["bytes_reused"] += size
+            elif len(item) == 2:
+                problems.append(item[1])
+                continue
+            else:
+                _, size, mtime_ns, inode, sha256 = item
+                result["bytes_hashed"] += size
+            files.append({"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "sha256": sha256})
+        # Plain str order: code point order equals UTF-8 byte order (names were checked to encode).
+        files.sort(key=operator.itemgetter("path"))
+        config = next((f["sha256"] for f in files if f["path"] == CONFIG_FILE), None)
         result["config_sha256"] = config
         if config is None and not problems:
             problems = [f"{os.path.join(root, CONFIG_FILE)}: missing (the model configuration must be at the top)"]
         elif not problems:
             result["config_text"], problems = read_config(root, config)
     return dict(result, problems=sorted(problems), seconds=round(time.monotonic() - started, 3))
-
-
-def _first(pair: tuple[tuple[str, str], Any]) -> str:
-    return pair[0][0]
 
 
 def _merged_previous(engines: list[str], previous: dict[str, Any]) -> dict[str, Any]:
