@@ -374,6 +374,28 @@ def test_a_file_changed_while_being_read_is_an_error(
     assert tree["problems"] == [f"{shard}: changed while being read"]
 
 
+def test_a_new_file_that_fails_during_a_rehash_is_a_problem_not_a_reused_file(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    previous = rows(probe_module.hash_tree(str(model_dir)))
+    new = model_dir / "added.bin"
+    new.write_bytes(b"new")
+    original = probe_module.digest_stream
+
+    def growing(fd: int, buffer: bytearray, size: int) -> tuple[str, int]:
+        result = original(fd, buffer, size)
+        if os.fstat(fd).st_ino == new.stat().st_ino:
+            with new.open("ab") as writer:
+                writer.write(b"more")
+        return result
+
+    monkeypatch.setattr(probe_module, "digest_stream", growing)
+    for workers in (1, 2):
+        tree = probe_module.hash_tree(str(model_dir), previous, workers=workers)
+        assert tree["problems"] == [f"{new}: changed while being read"]
+        assert "added.bin" not in [f["path"] for f in tree["files"]] and tree["files_reused"] == len(previous)
+
+
 def test_missing_model_dir_and_missing_config_are_errors(tmp_path: Path) -> None:
     assert probe_module.hash_tree(str(tmp_path / "nope"))["problems"] == [f"{tmp_path / 'nope'}: no such directory"]
     (tmp_path / "w.bin").write_bytes(b"w")
