@@ -472,11 +472,13 @@ class _Worker:
 class _Scheduler:
     """Hands tasks to workers, two in flight each: deferred large files first (largest first), then ranges."""
 
-    def __init__(self, count: int, workers: int) -> None:
+    def __init__(self, count: int, workers: int, deferred: list[tuple[int, int]]) -> None:
+        """Ranges cover all `count` files unless (size, index) `deferred` files are given: then only those."""
         step = max(1, min(BATCH_FILES, -(-count // (4 * workers))))
-        self.ranges = [(0, start, min(start + step, count)) for start in range(0, count, step)]
+        self.ranges = [] if deferred else [(0, start, min(start + step, count)) for start in range(0, count, step)]
         self.ranges.reverse()
-        self.large: list[tuple[int, int]] = []  # heap of (-size, index)
+        self.large = [(-size, index) for size, index in deferred]  # a heap: largest first
+        heapq.heapify(self.large)
         self.ranges_out = 0
         self.items: list[list[Any]] = []
         self.lost: list[tuple[int, int, int]] = []
@@ -502,17 +504,20 @@ class _Scheduler:
         return not self.large and not self.ranges and self.ranges_out == 0
 
 
-def _examine_in_workers(files: list[tuple[str, str]], previous: Any, workers: int) -> list[list[Any]]:
-    """`examine` every file in forked worker processes; the items of every file that was not reused.
+def _examine_in_workers(
+    files: list[tuple[str, str]], previous: Any, workers: int, deferred: list[tuple[int, int]]
+) -> list[list[Any]]:
+    """`examine` every file (or hash only the (size, index) `deferred` ones) in forked worker processes;
+    the items of every file that was not reused.
 
     Processes, not threads: for small files the per-file Python work holds the GIL, so threads only help
     large shards. Forking shares `files` and `previous` with the children; only small task records and
     the results move through pipes. Large files are deferred by the first pass and then handed out one
     per task, largest first, so no worker ends long after the others.
     """
-    plan = _Scheduler(len(files), workers)
+    plan = _Scheduler(len(files), workers, deferred)
     pool: list[_Worker] = []
-    for _ in range(min(workers, len(files))):
+    for _ in range(min(workers, len(deferred) or len(files))):
         pool.append(_Worker(files, previous, [fd for w in pool for fd in (w.task_fd, w.result_fd)]))
     with selectors.DefaultSelector() as selector:
         for worker in pool:
@@ -546,10 +551,22 @@ def _examine_in_workers(files: list[tuple[str, str]], previous: Any, workers: in
 
 
 def hash_files(files: list[tuple[str, str]], previous: Any, workers: int) -> list[list[Any]]:
-    """Items (see `examine_range`) for every file not reused from `previous` (None: hash everything)."""
-    if workers > 1 and len(files) > 1:
-        return _examine_in_workers(files, previous, workers)
-    return examine_range(files, previous, bytearray(READ_CHUNK), (0, len(files)), 1 << 62)[0]
+    """Items (see `examine_range`) for every file not reused from `previous` (None: hash everything).
+
+    A tree of few files (typically a checkpoint of large shards) is first checked here, and worker
+    processes start only if more than one file must be read: an unchanged tree costs a few stats.
+    """
+    buffer = bytearray(READ_CHUNK)
+    if workers > 1 and len(files) > BATCH_FILES:
+        return _examine_in_workers(files, previous, workers, [])
+    if workers == 1 or len(files) < 2:
+        return examine_range(files, previous, buffer, (0, len(files)), 1 << 62)[0]
+    items, deferred = examine_range(files, previous, buffer, (0, len(files)), -1)
+    if len(deferred) > 1:
+        return items + _examine_in_workers(files, None, workers, deferred)
+    for _, index in deferred:
+        items += examine_range(files, None, buffer, (index, index + 1), 1 << 62)[0]
+    return items
 
 
 def read_config(root: str, expected_sha256: str) -> tuple[str | None, list[str]]:

@@ -352,7 +352,7 @@ def test_full_discovery_matches_the_fleets_truth(
 
 
 def test_rediscovery_rehashes_only_the_touched_file_and_full_hash_rehashes_all(
-    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     count, size = replica_size(fleet, "h1")
     discover(checkout, capsys)
@@ -385,6 +385,12 @@ def test_rediscovery_rehashes_only_the_touched_file_and_full_hash_rehashes_all(
         digest = read_json(run / f"engine-{n}-checkpoint.json")
         assert (digest["bytes_hashed"], digest["files_reused"]) == (size, 0)
     assert len(list((run.parent / "objects").iterdir())) == len(ENGINE_HOSTS) + 1  # same tables as before
+
+    # retention: older complete runs go after the publish; this run's tables still load
+    monkeypatch.setenv("NARWHAL_DISCOVERY_KEEP_RUNS", "1")
+    run = discover(checkout, capsys)
+    assert run_dirs(checkout) == [run] and (run / "previous-config").is_dir()
+    assert all(load_checkpoint(run / f"engine-{n}-checkpoint.json").files for n in ENGINE_HOSTS)
 
 
 def test_a_replica_that_differs_fails_discovery_naming_engines_and_first_path(
