@@ -33,8 +33,9 @@ PROBE_SCHEMA_VERSION = 1
 LOG_LIMIT = 64 * 1024
 OUTPUT_LIMIT = 16 * 1024 * 1024
 READ_CHUNK = 4 * 1024 * 1024
-BATCH_FILES = 256
-LARGE_FILE = 16 * 1024 * 1024
+BATCH_FILES = 256  # files per worker task: large enough that per-task costs vanish, small enough to balance
+LARGE_FILE = 16 * 1024 * 1024  # larger files are hashed one per task, largest first
+DEFAULT_WORKERS_MAX = 32  # beyond this many cores the disk, not SHA-256, is the limit; each worker holds a buffer
 COMMAND_TIMEOUT_S = 60.0
 NVIDIA_SMI_ARGV = [
     "nvidia-smi",
@@ -605,7 +606,7 @@ def hash_tree(
     if not problems:
         reusable = None if full or not previous else previous
         answered: dict[int, list[Any]] = {}
-        for item in hash_files(found, reusable, workers or os.cpu_count() or 1):
+        for item in hash_files(found, reusable, workers or min(os.cpu_count() or 1, DEFAULT_WORKERS_MAX)):
             answered[item[0]] = item
         files = result["files"]
         for index, (rel, _) in enumerate(found):
