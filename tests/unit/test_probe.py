@@ -256,6 +256,22 @@ def test_changed_content_with_same_stat_is_only_caught_by_full_hash(model_dir: P
     assert full["files"] != first["files"] and full["files_reused"] == 0
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_replaced_with_the_same_size_and_mtime_is_rehashed(model_dir: Path, workers: int) -> None:
+    """Reuse demands the same inode too: a download tool that renames a new copy into place is caught."""
+    previous = rows(probe_module.hash_tree(str(model_dir)))
+    target = model_dir / "tokenizer" / "tokenizer.json"
+    stat = target.stat()
+    replacement = target.with_name("tokenizer.json.part")
+    replacement.write_text('{"version": "2.0"}')
+    os.utime(replacement, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    replacement.replace(target)
+    tree = probe_module.hash_tree(str(model_dir), previous, workers=workers)
+    assert (tree["files_reused"], tree["bytes_hashed"]) == (len(previous) - 1, stat.st_size)
+    entry = next(f for f in tree["files"] if f["path"] == "tokenizer/tokenizer.json")
+    assert entry["sha256"] == hashlib.sha256(b'{"version": "2.0"}').hexdigest() and entry["inode"] != stat.st_ino
+
+
 def test_a_model_dir_shared_by_engines_is_hashed_once(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     original = probe_module.hash_tree
