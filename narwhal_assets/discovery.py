@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from narwhal_assets.checkpoint_store import load_checkpoint, prune_discovery_runs, save_checkpoint
 from narwhal_assets.configset import publish_files, publish_lock
 from narwhal_assets.core.deployment_env import build_deployment_env, render_deployment_env
 from narwhal_assets.core.digests import compare_replicas
@@ -27,6 +28,7 @@ from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config, 
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.policy import resolve_engine_field
 from narwhal_assets.core.profiling import ProfilingLimits, build_profiling_limits
+from narwhal_assets.core.retention import KEEP_RUNS_VARIABLE, keep_runs
 from narwhal_assets.core.roles import Role
 from narwhal_assets.core.settings import Layer, Settings
 from narwhal_assets.privatefiles import ensure_private_dir, sha256_file, write_private
@@ -64,7 +66,7 @@ class DiscoveryRun:
                 obs = HostObservation.model_validate(raw)
                 run.observations[obs.host_id] = obs
             elif raw.get("schema") == "narwhal.checkpoint":
-                digest = CheckpointDigest.model_validate(raw)
+                digest = load_checkpoint(path)
                 run.checkpoints[digest.engine] = digest
         return run
 
@@ -184,7 +186,7 @@ def inspect_hosts(
         write_private(run.run_dir / f"{host_id}.json", render_json(observation))
         for engine, digest in digests.items():
             run.checkpoints[engine] = digest
-            write_private(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), render_json(digest))
+            save_checkpoint(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), digest)
     raise_together(failures)
     compare_replicas(run.checkpoints)
     return run
@@ -246,6 +248,7 @@ def publish_config(settings: Settings, run: DiscoveryRun, generated: GeneratedCo
     All-or-nothing by construction (see `configset`); the run's manifest, published last, marks the run
     complete. Two discoveries publishing at once take turns, so the files always form one run's set.
     """
+    keep = keep_runs(settings.get(KEEP_RUNS_VARIABLE))
     store = KnownHostsStore(settings.known_hosts_path)
     with publish_lock(settings), store.locked():
         files = {path: text.encode() for path, text in generated.files(settings).items()}
@@ -257,6 +260,7 @@ def publish_config(settings: Settings, run: DiscoveryRun, generated: GeneratedCo
         manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests}
         files[run.run_dir / MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
         publish_files(settings, run.run_dir, files)
+        prune_discovery_runs(settings.discovery_dir, keep, current=run.run_dir.name)
     return digests
 
 

@@ -70,12 +70,16 @@ def generated_files_private(
     context: dg.AssetCheckExecutionContext, checkout: ManagementCheckout
 ) -> Iterator[dg.AssetCheckResult]:
     settings = Settings.load(checkout.path)
+    instance_dir = Path(context.instance.root_directory)
     for check_key in context.selected_asset_check_keys:
-        yield private_modes_result(settings, check_key.asset_key)
+        yield private_modes_result(settings, check_key.asset_key, instance_dir)
 
 
-def private_modes_result(settings: Settings, key: dg.AssetKey) -> dg.AssetCheckResult:
+def private_modes_result(settings: Settings, key: dg.AssetKey, instance_dir: Path | None = None) -> dg.AssetCheckResult:
+    """The files of asset `key`; the inventory's check also covers the Dagster instance (it holds the partitions)."""
     paths = GENERATED_FILES[key.to_user_string()](settings)
+    if instance_dir is not None and key.to_user_string() == "host_inventory":
+        paths = [*paths, instance_dir]
     loose = non_private(paths)
     return dg.AssetCheckResult(
         asset_key=key,

@@ -87,6 +87,35 @@ class CheckpointDigest(Record):
     files_reused: int
 
 
+class CheckpointFiles(Record):
+    """`runs/discovery/objects/<sha256>.json`: one per-file table, named by the SHA-256 of its bytes.
+
+    An unchanged tree yields the same table run after run, so it is stored once however many runs refer
+    to it.
+    """
+
+    schema_: Literal["narwhal.checkpoint-files"] = Field(default="narwhal.checkpoint-files", alias="schema")
+    schema_version: Literal[1] = 1
+    files: list[CheckpointFile]
+
+
+class CheckpointRecord(Record):
+    """`engine-<n>-checkpoint.json` from schema version 2: a CheckpointDigest whose file table is referenced
+    by `files_object` (the SHA-256 naming its CheckpointFiles object) instead of embedded."""
+
+    schema_: Literal["narwhal.checkpoint"] = Field(default="narwhal.checkpoint", alias="schema")
+    schema_version: Literal[2] = 2
+    engine: str
+    host_id: str
+    model_dir: str
+    tree_sha256: str
+    file_count: int
+    files_object: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes_hashed: int
+    bytes_reused: int
+    files_reused: int
+
+
 class ModelObservation(Record):
     """An engine role's model directory: its config (hash and parsed content) and checkpoint summary."""
 

@@ -57,7 +57,7 @@ def _other_problems(params: Mapping[str, Any]) -> list[str]:
     if not isinstance(params.get("full_hash", False), bool):
         problems.append("probe params: full_hash must be true or false")
     if not isinstance(params.get("previous", {}), Mapping):
-        problems.append("probe params: previous must map engine roles to {path: stat and sha256}")
+        problems.append("probe params: previous must map engine roles to {path: [size, mtime_ns, inode, sha256]}")
     return problems
 
 
@@ -83,11 +83,13 @@ def probe_script(params: Mapping[str, Any]) -> str:
     return f"{probe_source().rstrip()}\n\n\nmain({literal!r})\n"
 
 
-def previous_hashes(digests: Mapping[str, CheckpointDigest]) -> dict[str, dict[str, dict[str, Any]]]:
-    """The `previous` probe parameter from the last discovery's digests: per engine, path -> stat and sha256."""
+def previous_hashes(digests: Mapping[str, CheckpointDigest]) -> dict[str, dict[str, list[int | str]]]:
+    """The `previous` probe parameter from the last discovery's digests: per engine, path -> row.
+
+    A row is `[size, mtime_ns, inode, sha256]`: no repeated key names, since a tree of many small files
+    sends tens of thousands of them on every re-discovery.
+    """
     return {
-        engine: {
-            f.path: {"size": f.size, "mtime_ns": f.mtime_ns, "inode": f.inode, "sha256": f.sha256} for f in digest.files
-        }
+        engine: {f.path: [f.size, f.mtime_ns, f.inode, f.sha256] for f in digest.files}
         for engine, digest in digests.items()
     }

@@ -15,21 +15,27 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import heapq
 import json
+import operator
 import os
 import platform
+import selectors
 import stat
+import struct
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 PROBE_SCHEMA = "narwhal.probe"
 PROBE_SCHEMA_VERSION = 1
 LOG_LIMIT = 64 * 1024
 OUTPUT_LIMIT = 16 * 1024 * 1024
 READ_CHUNK = 4 * 1024 * 1024
+BATCH_FILES = 256  # files per worker task: large enough that per-task costs vanish, small enough to balance
+LARGE_FILE = 16 * 1024 * 1024  # larger files are hashed one per task, largest first
+DEFAULT_WORKERS_MAX = 32  # beyond this many cores the disk, not SHA-256, is the limit; each worker holds a buffer
 COMMAND_TIMEOUT_S = 60.0
 NVIDIA_SMI_ARGV = [
     "nvidia-smi",
@@ -46,6 +52,10 @@ SYSFS_NET = "/sys/class/net"
 SYSFS_INFINIBAND = "/sys/class/infiniband"
 CONFIG_FILE = "config.json"
 CONFIG_LIMIT = 4 << 20
+
+if TYPE_CHECKING:  # annotations only: hosts may run Python 3.8
+    Stat = tuple[int, int, int]  # size, mtime_ns, inode
+    Row = list[int | str]  # size, mtime_ns, inode, sha256: one file, as sent back and forth
 
 
 class TreeError(Exception):
@@ -218,17 +228,28 @@ def rdma_ports(root: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- checkpoint trees
 
 
-def _check_name(path: str, name: str) -> None:
-    """Reject names the sha256sum line format cannot carry verbatim (it escapes them)."""
-    if "\n" in name or "\\" in name:
-        raise TreeError(f"{path}: file name contains a newline or backslash")
+def _check_names(directory: str, names: list[str]) -> None:
+    """Reject names the sha256sum line format cannot carry verbatim (it escapes them); one pass per directory."""
+    joined = "/".join(names)
+    if "\n" in joined or "\\" in joined:
+        bad = next(name for name in names if "\n" in name or "\\" in name)
+        raise TreeError(f"{os.path.join(directory, bad)}: file name contains a newline or backslash")
+    try:
+        joined.encode("utf-8")
+    except UnicodeEncodeError:
+        bad = next(name for name in names if not _encodes(name))
+        raise TreeError(f"{os.path.join(directory, bad)}: file name is not valid UTF-8") from None
+
+
+def _encodes(name: str) -> bool:
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        raise TreeError(f"{path}: file name is not valid UTF-8") from None
+        return False
+    return True
 
 
-def _classify_link(path: str) -> os.stat_result:
+def _classify_link(path: str) -> None:
     """Follow a symlink the way `find -L` does; only a link to a regular file is allowed."""
     try:
         target = os.stat(path)
@@ -242,68 +263,67 @@ def _classify_link(path: str) -> os.stat_result:
         raise TreeError(f"{path}: symlink to a directory (not allowed in a checkpoint)")
     if not stat.S_ISREG(target.st_mode):
         raise TreeError(f"{path}: symlink to a fifo, socket or device")
-    return target
 
 
-def _entry_stat(entry: os.DirEntry[str]) -> os.stat_result | None:
-    """The stat of a regular file (links followed); None for a directory; TreeError for anything else."""
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """True for a directory, False for a link to a regular file; TreeError for anything else."""
     if entry.is_symlink():
-        return _classify_link(entry.path)
+        _classify_link(entry.path)
+        return False
     if entry.is_dir(follow_symlinks=False):
-        return None
-    if entry.is_file(follow_symlinks=False):
-        return entry.stat(follow_symlinks=True)
+        return True
     raise TreeError(f"{entry.path}: not a regular file (fifo, socket or device)")
 
 
-def scan_tree(root: str) -> tuple[dict[str, tuple[str, os.stat_result]], list[str]]:
-    """Map relative POSIX path -> (absolute path, stat) of every file under root, plus every problem."""
-    files: dict[str, tuple[str, os.stat_result]] = {}
+def scan_tree(root: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """(relative POSIX path, absolute path) of every file under root, plus every problem.
+
+    Names and entry types come from the directory listing alone (no stat per file: the workers take it
+    in parallel). Every name counts, dot-files included: the digest is defined by `find`, which skips none.
+    """
+    files: list[tuple[str, str]] = []
     problems: list[str] = []
     pending = [""]
     while pending:
         rel_dir = pending.pop()
+        directory = os.path.join(root, rel_dir) if rel_dir else root
+        prefix = rel_dir + "/" if rel_dir else ""
         try:
-            with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as entries:
+            with os.scandir(directory) as entries:
                 listed = list(entries)
+            _check_names(directory, [entry.name for entry in listed])
+        except TreeError as exc:
+            problems.append(str(exc))
+            continue
         except OSError as exc:
-            problems.append(f"{os.path.join(root, rel_dir)}: {exc.strerror or exc}")
+            problems.append(f"{directory}: {exc.strerror or exc}")
             continue
         for entry in listed:
-            rel = rel_dir + "/" + entry.name if rel_dir else entry.name
             try:
-                if rel == "-":
+                if not rel_dir and entry.name == "-":
                     raise TreeError(f"{entry.path}: a top-level file named '-' is read as stdin by sha256sum")
-                _check_name(entry.path, entry.name)
-                info = _entry_stat(entry)
+                if entry.is_file(follow_symlinks=False) or not _is_dir(entry):  # the file type needs no stat
+                    files.append((prefix + entry.name, entry.path))
+                else:
+                    pending.append(prefix + entry.name)
             except TreeError as exc:
                 problems.append(str(exc))
-                continue
             except OSError as exc:
                 problems.append(f"{entry.path}: {exc.strerror or exc}")
-                continue
-            if info is None:
-                pending.append(rel)
-            else:
-                files[rel] = (entry.path, info)
     return files, problems
 
 
-def _fingerprint(info: os.stat_result) -> tuple[int, int, int]:
-    return (info.st_size, info.st_mtime_ns, info.st_ino)
+def digest_stream(fd: int, buffer: bytearray, size: int) -> tuple[str, int]:
+    """SHA-256 and byte count of the first `size` bytes (more if the file grew) of fd, through one buffer.
 
-
-def digest_stream(handle: Any) -> tuple[str, int]:
-    """SHA-256 and length of an unbuffered binary file, read in large chunks into one reused buffer.
-
-    hashlib releases the GIL on large updates and so does the read, so threads hash files in parallel.
+    Reading stops at `size` bytes or end of file: the caller's fstat afterwards catches any growth, so a
+    small file costs one read call.
     """
     digest = hashlib.sha256()
-    buffer = bytearray(READ_CHUNK)
     view = memoryview(buffer)
     total = 0
-    while True:
-        count = handle.readinto(buffer)
+    while total < size:
+        count = os.readv(fd, [buffer])
         if not count:
             break
         digest.update(view[:count])
@@ -311,58 +331,243 @@ def digest_stream(handle: Any) -> tuple[str, int]:
     return digest.hexdigest(), total
 
 
-def hash_file(path: str) -> dict[str, Any]:
-    """Hash one file, refusing it when size, mtime or inode moved while it was read."""
-    before = os.stat(path)
-    with open(path, "rb", buffering=0) as handle:
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        sha256, count = digest_stream(handle)
-    after = os.stat(path)
-    if _fingerprint(before) != _fingerprint(after) or count != before.st_size:
+def _digest_open(fd: int, path: str, before: Stat, buffer: bytearray) -> Row:
+    """Hash an open file whose stat before reading was `before`; refuse it if size, mtime or inode moved."""
+    if before[0] > len(buffer) and hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    sha256, count = digest_stream(fd, buffer, before[0])
+    after = os.fstat(fd)
+    if (after.st_size, after.st_mtime_ns, after.st_ino) != before or count != before[0]:
         raise TreeError(f"{path}: changed while being read")
-    return {"size": before.st_size, "mtime_ns": before.st_mtime_ns, "inode": before.st_ino, "sha256": sha256}
+    return [before[0], before[1], before[2], sha256]
 
 
-def _reusable(info: os.stat_result, previous: Any) -> str | None:
-    """The previous sha256 when the stat fingerprint is unchanged, else None."""
-    if not isinstance(previous, dict):
-        return None
-    sha256 = previous.get("sha256")
-    same = (previous.get("size"), previous.get("mtime_ns"), previous.get("inode")) == _fingerprint(info)
-    return sha256 if same and isinstance(sha256, str) else None
+def examine(path: str, previous: Any, buffer: bytearray, defer_above: int) -> Row | Stat | None:
+    """One file's fate: None when its `previous` row still holds (same size, mtime_ns, inode), its stat
+    when it is larger than `defer_above` (hashed later, largest first), else its freshly hashed row.
+    """
+    if previous is not None:
+        info = os.stat(path)
+        before = (info.st_size, info.st_mtime_ns, info.st_ino)
+        if type(previous) is list and len(previous) == 4 and previous[:3] == [*before] and type(previous[3]) is str:
+            return None
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if previous is None:
+            info = os.fstat(fd)
+            before = (info.st_size, info.st_mtime_ns, info.st_ino)
+        if before[0] > defer_above:
+            return before
+        return _digest_open(fd, path, before, buffer)
+    finally:
+        os.close(fd)
 
 
-def _hash_all(todo: list[tuple[str, str]], workers: int) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Hash (rel, abs) pairs in a thread pool, largest first so one big file does not finish last."""
-    results: dict[str, dict[str, Any]] = {}
-    problems: list[str] = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [(rel, path, pool.submit(hash_file, path)) for rel, path in todo]
-        for rel, path, future in futures:
-            try:
-                results[rel] = future.result()
-            except TreeError as exc:
-                problems.append(str(exc))
-            except OSError as exc:
-                problems.append(f"{path}: {exc.strerror or exc}")
-    return results, problems
-
-
-def _split_reusable(
-    found: dict[str, tuple[str, os.stat_result]], previous: dict[str, Any], full: bool
-) -> tuple[dict[str, dict[str, Any]], list[tuple[str, str]]]:
-    """Files whose previous hash still holds, and the (rel, abs) pairs that must be read, largest first."""
-    reused: dict[str, dict[str, Any]] = {}
-    todo: list[tuple[str, str]] = []
-    for rel, (path, info) in found.items():
-        sha256 = None if full else _reusable(info, previous.get(rel))
-        if sha256 is None:
-            todo.append((rel, path))
+def examine_range(
+    files: list[tuple[str, str]], previous: Any, buffer: bytearray, span: tuple[int, int], defer_above: int
+) -> tuple[list[list[Any]], list[tuple[int, int]]]:
+    """`examine` files[start:end]. Items for the files that were not reused, [index, problem] or
+    [index, size, mtime_ns, inode, sha256], and (size, index) of the files deferred as large."""
+    items: list[list[Any]] = []
+    deferred: list[tuple[int, int]] = []
+    for index in range(*span):
+        rel, path = files[index]
+        try:
+            outcome = examine(path, None if previous is None else previous.get(rel, False), buffer, defer_above)
+        except TreeError as exc:
+            items.append([index, str(exc)])
+            continue
+        except OSError as exc:
+            items.append([index, f"{path}: {exc.strerror or exc}"])
+            continue
+        if outcome is None:
+            continue
+        if len(outcome) == 3:
+            deferred.append((outcome[0], index))
         else:
-            reused[rel] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "inode": info.st_ino, "sha256": sha256}
-    todo.sort(key=lambda item: found[item[0]][1].st_size, reverse=True)
-    return reused, todo
+            items.append([index, *outcome])
+    return items, deferred
+
+
+TASK = struct.Struct("<III")  # kind (0: examine a range, deferring large files; 1: hash one file), start, end
+
+
+def _serve(files: list[tuple[str, str]], previous: Any, task_fd: int, result_fd: int) -> None:
+    """Worker process loop: read a task, answer one JSON line `[kind, start, items, deferred]`; stop at EOF."""
+    buffer = bytearray(READ_CHUNK)
+    while True:
+        raw = b""
+        while len(raw) < TASK.size:
+            part = os.read(task_fd, TASK.size - len(raw))
+            if not part:
+                return
+            raw += part
+        kind, start, end = TASK.unpack(raw)
+        defer_above = LARGE_FILE if kind == 0 else 1 << 62
+        items, deferred = examine_range(files, None if kind == 1 else previous, buffer, (start, end), defer_above)
+        _write_all(result_fd, json.dumps([kind, start, items, deferred]).encode() + b"\n")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class _Worker:
+    """One forked hashing process and the parent's ends of its task and result pipes."""
+
+    def __init__(self, files: list[tuple[str, str]], previous: Any, inherited: list[int]) -> None:
+        task_r, self.task_fd = os.pipe()
+        self.result_fd, result_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover - runs in the child, whose coverage is not collected
+            code = 1
+            try:
+                for fd in (self.task_fd, self.result_fd, *inherited):
+                    os.close(fd)
+                quiet = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):  # never hold the SSH channel open after the probe itself has ended
+                    os.dup2(quiet, fd)
+                _serve(files, previous, task_r, result_w)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(task_r)
+        os.close(result_w)
+        self.pending: list[tuple[int, int, int]] = []
+        self.received = b""
+
+    def send(self, task: tuple[int, int, int]) -> None:
+        """Queue one task; if the worker has died it counts as pending, to be reported as not hashed."""
+        self.pending.append(task)
+        try:
+            _write_all(self.task_fd, TASK.pack(*task))
+        except BrokenPipeError:
+            self.close_tasks()
+
+    def close_tasks(self) -> None:
+        """No more tasks: the worker exits once it has answered those it has."""
+        if self.task_fd >= 0:
+            os.close(self.task_fd)
+            self.task_fd = -1
+
+    def answers(self, data: bytes) -> list[tuple[tuple[int, int, int], list[list[Any]], list[list[int]]]]:
+        self.received += data
+        *lines, self.received = self.received.split(b"\n")
+        done = []
+        for line in lines:
+            kind, start, items, deferred = json.loads(line)
+            task = next(t for t in self.pending if t[:2] == (kind, start))
+            self.pending.remove(task)
+            done.append((task, items, deferred))
+        return done
+
+    def finish(self) -> int:
+        """Close both pipes and reap the process; its wait status (0 when it ended normally)."""
+        self.close_tasks()
+        os.close(self.result_fd)
+        return os.waitpid(self.pid, 0)[1]
+
+
+class _Scheduler:
+    """Hands tasks to workers, two in flight each: deferred large files first (largest first), then ranges."""
+
+    def __init__(self, count: int, workers: int, deferred: list[tuple[int, int]]) -> None:
+        """Ranges cover all `count` files unless (size, index) `deferred` files are given: then only those."""
+        step = max(1, min(BATCH_FILES, -(-count // (4 * workers))))
+        self.ranges = [] if deferred else [(0, start, min(start + step, count)) for start in range(0, count, step)]
+        self.ranges.reverse()
+        self.large = [(-size, index) for size, index in deferred]  # a heap: largest first
+        heapq.heapify(self.large)
+        self.ranges_out = 0
+        self.items: list[list[Any]] = []
+        self.lost: list[tuple[int, int, int]] = []
+
+    def next_task(self) -> tuple[int, int, int] | None:
+        if self.large:
+            index = heapq.heappop(self.large)[1]
+            return (1, index, index + 1)
+        if self.ranges:
+            self.ranges_out += 1
+            return self.ranges.pop()
+        return None
+
+    def done(self, task: tuple[int, int, int], items: list[list[Any]], deferred: list[list[int]]) -> None:
+        self.items += items
+        for size, index in deferred:
+            heapq.heappush(self.large, (-size, index))
+        if task[0] == 0:
+            self.ranges_out -= 1
+
+    @property
+    def finished(self) -> bool:
+        return not self.large and not self.ranges and self.ranges_out == 0
+
+
+def _examine_in_workers(
+    files: list[tuple[str, str]], previous: Any, workers: int, deferred: list[tuple[int, int]]
+) -> list[list[Any]]:
+    """`examine` every file (or hash only the (size, index) `deferred` ones) in forked worker processes;
+    the items of every file that was not reused.
+
+    Processes, not threads: for small files the per-file Python work holds the GIL, so threads only help
+    large shards. Forking shares `files` and `previous` with the children; only small task records and
+    the results move through pipes. Large files are deferred by the first pass and then handed out one
+    per task, largest first, so no worker ends long after the others.
+    """
+    plan = _Scheduler(len(files), workers, deferred)
+    pool: list[_Worker] = []
+    for _ in range(min(workers, len(deferred) or len(files))):
+        pool.append(_Worker(files, previous, [fd for w in pool for fd in (w.task_fd, w.result_fd)]))
+    with selectors.DefaultSelector() as selector:
+        for worker in pool:
+            selector.register(worker.result_fd, selectors.EVENT_READ, worker)
+        while selector.get_map():
+            for worker in pool:
+                while worker.task_fd >= 0 and len(worker.pending) < 2:
+                    task = plan.next_task()
+                    if task is None:
+                        break
+                    worker.send(task)
+                if plan.finished:
+                    worker.close_tasks()
+            for key, _ in selector.select():
+                worker = key.data
+                data = os.read(worker.result_fd, 1 << 20)
+                if not data:
+                    selector.unregister(worker.result_fd)
+                    worker.close_tasks()
+                    plan.lost += worker.pending
+                    plan.ranges_out -= sum(task[0] == 0 for task in worker.pending)
+                    worker.pending = []
+                for answer in worker.answers(data) if data else []:
+                    plan.done(*answer)
+    statuses = [worker.finish() for worker in pool]
+    failure = next((f"hashing process exited with wait status {s}" for s in statuses if s), "no hashing process left")
+    lost = [*plan.lost, *[(1, index, index + 1) for _, index in plan.large], *plan.ranges]
+    for _, start, end in lost:
+        plan.items += [[index, f"{files[index][1]}: not hashed ({failure})"] for index in range(start, end)]
+    return plan.items
+
+
+def hash_files(files: list[tuple[str, str]], previous: Any, workers: int) -> list[list[Any]]:
+    """Items (see `examine_range`) for every file not reused from `previous` (None: hash everything).
+
+    A tree of few files (typically a checkpoint of large shards) is first checked here, and worker
+    processes start only if more than one file must be read: an unchanged tree costs a few stats.
+    """
+    buffer = bytearray(READ_CHUNK)
+    if workers > 1 and len(files) > BATCH_FILES:
+        return _examine_in_workers(files, previous, workers, [])
+    if workers == 1 or len(files) < 2:
+        return examine_range(files, previous, buffer, (0, len(files)), 1 << 62)[0]
+    items, deferred = examine_range(files, previous, buffer, (0, len(files)), -1)
+    if len(deferred) > 1:
+        return items + _examine_in_workers(files, None, workers, deferred)
+    for _, index in deferred:
+        items += examine_range(files, None, buffer, (index, index + 1), 1 << 62)[0]
+    return items
 
 
 def read_config(root: str, expected_sha256: str) -> tuple[str | None, list[str]]:
@@ -383,11 +588,12 @@ def read_config(root: str, expected_sha256: str) -> tuple[str | None, list[str]]
 def hash_tree(
     root: str, previous: dict[str, Any] | None = None, full: bool = False, workers: int | None = None
 ) -> dict[str, Any]:
-    """Per-file hashes of a checkpoint directory, reusing `previous` hashes of files whose stat is unchanged.
+    """Per-file hashes of a checkpoint directory, reusing `previous` rows of files whose stat is unchanged.
 
-    Returns files (sorted by UTF-8 path bytes, each with path, size, mtime_ns, inode, sha256),
-    config_sha256, bytes_hashed, bytes_reused, files_reused, seconds and problems (each naming a path).
-    Nothing is read when the scan already found a problem: the tree could not be trusted anyway.
+    `previous` maps relative path -> [size, mtime_ns, inode, sha256]. Returns files (sorted by UTF-8 path
+    bytes, each with path, size, mtime_ns, inode, sha256), config_sha256, bytes_hashed, bytes_reused,
+    files_reused, seconds and problems (each naming a path). Nothing is read when the scan already found a
+    problem: the tree could not be trusted anyway.
     """
     started = time.monotonic()
     result: dict[str, Any] = {"files": [], "config_sha256": None, "bytes_hashed": 0, "bytes_reused": 0}
@@ -398,29 +604,43 @@ def hash_tree(
         return dict(result, seconds=round(time.monotonic() - started, 3))
     found, problems = scan_tree(root)
     if not problems:
-        reused, todo = _split_reusable(found, previous or {}, full)
-        hashed, problems = _hash_all(todo, workers or os.cpu_count() or 1)
-        files = {**reused, **hashed}
-        result["files"] = [dict(files[rel], path=rel) for rel in sorted(files, key=lambda rel: rel.encode("utf-8"))]
-        result["bytes_hashed"] = sum(entry["size"] for entry in hashed.values())
-        result["bytes_reused"] = sum(entry["size"] for entry in reused.values())
-        result["files_reused"] = len(reused)
-        result["config_sha256"] = files.get(CONFIG_FILE, {}).get("sha256")
-        if result["config_sha256"] is None and not problems:
+        reusable = None if full or not previous else previous
+        answered: dict[int, list[Any]] = {}
+        for item in hash_files(found, reusable, workers or min(os.cpu_count() or 1, DEFAULT_WORKERS_MAX)):
+            answered[item[0]] = item
+        files = result["files"]
+        for index, (rel, _) in enumerate(found):
+            item = answered.get(index)
+            if item is None:  # not answered: reused, its stat unchanged
+                size, mtime_ns, inode, sha256 = reusable[rel]  # type: ignore[index]
+                result["files_reused"] += 1
+                result["bytes_reused"] += size
+            elif len(item) == 2:
+                problems.append(item[1])
+                continue
+            else:
+                _, size, mtime_ns, inode, sha256 = item
+                result["bytes_hashed"] += size
+            files.append({"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "sha256": sha256})
+        # Plain str order: code point order equals UTF-8 byte order (names were checked to encode).
+        files.sort(key=operator.itemgetter("path"))
+        config = next((f["sha256"] for f in files if f["path"] == CONFIG_FILE), None)
+        result["config_sha256"] = config
+        if config is None and not problems:
             problems = [f"{os.path.join(root, CONFIG_FILE)}: missing (the model configuration must be at the top)"]
         elif not problems:
-            result["config_text"], problems = read_config(root, result["config_sha256"])
+            result["config_text"], problems = read_config(root, config)
     return dict(result, problems=sorted(problems), seconds=round(time.monotonic() - started, 3))
 
 
 def _merged_previous(engines: list[str], previous: dict[str, Any]) -> dict[str, Any]:
-    """Previous hashes of every engine sharing one directory; reuse still demands an identical stat."""
+    """Previous rows of every engine sharing one directory; reuse still demands an identical stat."""
     merged: dict[str, Any] = {}
     for engine in engines:
-        entries = previous.get(engine)
-        if isinstance(entries, dict):
-            for rel, entry in entries.items():
-                merged.setdefault(rel, entry)
+        rows = previous.get(engine)
+        if isinstance(rows, dict):
+            for rel, row in rows.items():
+                merged.setdefault(rel, row)
     return merged
 
 

@@ -26,6 +26,7 @@ import dagster as dg
 import pytest
 
 from narwhal_assets.checkout import Checkout
+from narwhal_assets.checkpoint_store import OBJECTS_DIR, load_checkpoint
 from narwhal_assets.cli import main
 from narwhal_assets.fleetsim import SimFleet
 
@@ -141,7 +142,7 @@ def failing_discover(root: Path, capsys: pytest.CaptureFixture[str], rc: int = 2
 
 def run_dirs(root: Path) -> list[Path]:
     base = root / "runs" / "discovery"
-    return sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    return sorted(p for p in base.iterdir() if p.is_dir() and p.name != OBJECTS_DIR) if base.is_dir() else []
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
@@ -328,7 +329,7 @@ def test_full_discovery_matches_the_fleets_truth(
 
     # checkpoint digests, recomputed on the workstation-side replicas with sha256sum
     for n, name in ENGINE_HOSTS.items():
-        digest = read_json(run / f"engine-{n}-checkpoint.json")
+        digest = load_checkpoint(run / f"engine-{n}-checkpoint.json").model_dump()
         files, tree = independent_tree(fleet.model_path(name, MODEL))
         assert set(files) == {*WEIGHTS, *LINKS, "config.json"}
         assert {f["path"]: f["sha256"] for f in digest["files"]} == files
@@ -355,7 +356,7 @@ def test_full_discovery_matches_the_fleets_truth(
 
 
 def test_rediscovery_rehashes_only_the_touched_file_and_full_hash_rehashes_all(
-    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     count, size = replica_size(fleet, "h1")
     discover(checkout, capsys)
@@ -376,8 +377,10 @@ def test_rediscovery_rehashes_only_the_touched_file_and_full_hash_rehashes_all(
         expected = (touched_size, size - touched_size, count - 1) if name == "h2" else (0, size, count)
         assert (digest["bytes_hashed"], digest["bytes_reused"], digest["files_reused"]) == expected, name
         assert digest["tree_sha256"] == independent_tree(fleet.model_path(name, MODEL))[1]
-    entry = next(f for f in read_json(run / "engine-2-checkpoint.json")["files"] if f["path"] == TOUCHED)
-    assert entry["mtime_ns"] == touched.stat().st_mtime_ns
+    entry = next(f for f in load_checkpoint(run / "engine-2-checkpoint.json").files if f.path == TOUCHED)
+    assert entry.mtime_ns == touched.stat().st_mtime_ns
+    # per-file tables are stored once: only the touched replica's table is new
+    assert len(list((run.parent / "objects").iterdir())) == len(ENGINE_HOSTS) + 1
 
     run = discover(checkout, capsys, "--full-hash")
     meta = latest_metadata("checkpoint_digests")
@@ -385,6 +388,13 @@ def test_rediscovery_rehashes_only_the_touched_file_and_full_hash_rehashes_all(
     for n in ENGINE_HOSTS:
         digest = read_json(run / f"engine-{n}-checkpoint.json")
         assert (digest["bytes_hashed"], digest["files_reused"]) == (size, 0)
+    assert len(list((run.parent / "objects").iterdir())) == len(ENGINE_HOSTS) + 1  # same tables as before
+
+    # retention: older complete runs go after the publish; this run's tables still load
+    monkeypatch.setenv("NARWHAL_DISCOVERY_KEEP_RUNS", "1")
+    run = discover(checkout, capsys)
+    assert run_dirs(checkout) == [run] and (run / "previous-config").is_dir()
+    assert all(load_checkpoint(run / f"engine-{n}-checkpoint.json").files for n in ENGINE_HOSTS)
 
 
 def test_a_replica_that_differs_fails_discovery_naming_engines_and_first_path(

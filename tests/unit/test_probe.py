@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from narwhal_assets.core.digests import tree_digest
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.observations import CheckpointFile
 from narwhal_assets.remote import previous_hashes, probe_params, probe_script, probe_source
 from narwhal_assets.remote import probe as probe_module
 from narwhal_assets.remote.parse import ProbeOutputError, parse_probe_output
@@ -189,10 +191,61 @@ def test_incremental_rehash_reuses_unchanged_files_over_the_wire(
     assert (rehashed["engine-1"].files_reused, rehashed["engine-1"].bytes_hashed) == (0, total)
 
 
+def tree_sha256(tree: dict[str, Any]) -> str:
+    return tree_digest(CheckpointFile.model_validate(f) for f in tree["files"])
+
+
+def test_dot_files_and_dot_directories_are_hashed_like_find_does(model_dir: Path) -> None:
+    """`find` skips no name, so neither may the probe: a skipped dot-file would change the tree digest."""
+    (model_dir / ".hidden").write_bytes(b"hidden")
+    (model_dir / "tokenizer" / ".cache").mkdir()
+    (model_dir / "tokenizer" / ".cache" / "x").write_bytes(b"cached")
+    tree = probe_module.hash_tree(str(model_dir))
+    assert {".hidden", "tokenizer/.cache/x"} <= {f["path"] for f in tree["files"]}
+    assert tree_sha256(tree) == shell_tree_digest(model_dir) and tree["problems"] == []
+
+
+def test_worker_processes_hash_many_small_files_like_sha256sum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "small"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "config.json").write_text("{}")
+    for number in range(150):
+        (root / ("a" if number % 2 else "a/b") / f"f{number:03d}").write_bytes(os.urandom(number * 37))
+    monkeypatch.setattr(probe_module, "BATCH_FILES", 7)
+    in_workers = probe_module.hash_tree(str(root), workers=3)
+    assert in_workers["problems"] == [] and len(in_workers["files"]) == 151
+    assert tree_sha256(in_workers) == shell_tree_digest(root)
+    assert in_workers["files"] == probe_module.hash_tree(str(root), workers=1)["files"]
+    assert in_workers["bytes_hashed"] == sum(number * 37 for number in range(150)) + 2
+
+
+def test_a_hashing_process_that_dies_fails_the_tree_naming_the_files_it_held(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = probe_module.examine
+
+    def dying(path: str, *args: Any) -> Any:
+        if path == str(model_dir / "empty"):
+            os._exit(3)
+        return original(path, *args)
+
+    monkeypatch.setattr(probe_module, "examine", dying)
+    monkeypatch.setattr(probe_module, "BATCH_FILES", 1)
+    tree = probe_module.hash_tree(str(model_dir), workers=2)
+    lost = f"{model_dir / 'empty'}: not hashed (hashing process exited with wait status {3 << 8})"
+    assert lost in tree["problems"]
+    assert all(p.endswith(f"not hashed (hashing process exited with wait status {3 << 8})") for p in tree["problems"])
+
+
+def rows(tree: dict[str, Any]) -> dict[str, list[Any]]:
+    """A hash_tree result as the `previous` rows the next probe receives."""
+    return {f["path"]: [f["size"], f["mtime_ns"], f["inode"], f["sha256"]] for f in tree["files"]}
+
+
 def test_changed_content_with_same_stat_is_only_caught_by_full_hash(model_dir: Path) -> None:
     """Documents the trade-off of incremental hashing: reuse trusts size+mtime_ns+inode."""
     first = probe_module.hash_tree(str(model_dir))
-    previous = {f["path"]: f for f in first["files"]}
+    previous = rows(first)
     shard = model_dir / "model-00002-of-00002.safetensors"
     stat = shard.stat()
     with shard.open("r+b") as handle:
@@ -203,21 +256,37 @@ def test_changed_content_with_same_stat_is_only_caught_by_full_hash(model_dir: P
     assert full["files"] != first["files"] and full["files_reused"] == 0
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_replaced_with_the_same_size_and_mtime_is_rehashed(model_dir: Path, workers: int) -> None:
+    """Reuse demands the same inode too: a download tool that renames a new copy into place is caught."""
+    previous = rows(probe_module.hash_tree(str(model_dir)))
+    target = model_dir / "tokenizer" / "tokenizer.json"
+    stat = target.stat()
+    replacement = target.with_name("tokenizer.json.part")
+    replacement.write_text('{"version": "2.0"}')
+    os.utime(replacement, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    replacement.replace(target)
+    tree = probe_module.hash_tree(str(model_dir), previous, workers=workers)
+    assert (tree["files_reused"], tree["bytes_hashed"]) == (len(previous) - 1, stat.st_size)
+    entry = next(f for f in tree["files"] if f["path"] == "tokenizer/tokenizer.json")
+    assert entry["sha256"] == hashlib.sha256(b'{"version": "2.0"}').hexdigest() and entry["inode"] != stat.st_ino
+
+
 def test_a_model_dir_shared_by_engines_is_hashed_once(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    original = probe_module.hash_file
+    original = probe_module.hash_tree
 
-    def counting(path: str) -> dict[str, Any]:
-        calls.append(path)
-        return original(path)
+    def counting(root: str, *args: Any) -> dict[str, Any]:
+        calls.append(root)
+        return original(root, *args)
 
-    monkeypatch.setattr(probe_module, "hash_file", counting)
+    monkeypatch.setattr(probe_module, "hash_tree", counting)
     alias = model_dir.parent / "alias"
     alias.symlink_to(model_dir)
     probe = probe_module.Probe()
     params = probe_module._load_params({"models": {"engine-1": str(model_dir), "engine-2": str(alias)}})
     models = probe_module.collect_models(probe, params)
-    assert len(calls) == len(models["engine-1"]["files"]) == 7
+    assert calls == [str(model_dir)] and len(models["engine-1"]["files"]) == 7
     assert models["engine-1"]["files"] == models["engine-2"]["files"]
     assert models["engine-2"]["model_dir"] == str(alias)
     assert probe.errors == []
@@ -300,20 +369,47 @@ def test_tree_errors_are_reported_per_engine_and_fail_parsing(
     assert caught.value.command_log == doc["log"]
 
 
-def test_a_file_changed_while_being_read_is_an_error(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_file_changed_while_being_read_is_an_error(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """Also through worker processes (one task per file here), which inherit the patched reader."""
     original = probe_module.digest_stream
     shard = model_dir / "model-00001-of-00002.safetensors"
 
-    def write_during_read(handle: Any) -> tuple[str, int]:
-        result = original(handle)
-        if handle.name == str(shard):
+    def write_during_read(fd: int, buffer: bytearray, size: int) -> tuple[str, int]:
+        result = original(fd, buffer, size)
+        if os.fstat(fd).st_ino == shard.stat().st_ino:
             with shard.open("ab") as writer:
                 writer.write(b"appended by a concurrent download")
         return result
 
     monkeypatch.setattr(probe_module, "digest_stream", write_during_read)
-    tree = probe_module.hash_tree(str(model_dir), workers=3)
+    monkeypatch.setattr(probe_module, "BATCH_FILES", 1)
+    tree = probe_module.hash_tree(str(model_dir), workers=workers)
     assert tree["problems"] == [f"{shard}: changed while being read"]
+
+
+def test_a_new_file_that_fails_during_a_rehash_is_a_problem_not_a_reused_file(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    previous = rows(probe_module.hash_tree(str(model_dir)))
+    new = model_dir / "added.bin"
+    new.write_bytes(b"new")
+    original = probe_module.digest_stream
+
+    def growing(fd: int, buffer: bytearray, size: int) -> tuple[str, int]:
+        result = original(fd, buffer, size)
+        if os.fstat(fd).st_ino == new.stat().st_ino:
+            with new.open("ab") as writer:
+                writer.write(b"more")
+        return result
+
+    monkeypatch.setattr(probe_module, "digest_stream", growing)
+    for workers in (1, 2):
+        tree = probe_module.hash_tree(str(model_dir), previous, workers=workers)
+        assert tree["problems"] == [f"{new}: changed while being read"]
+        assert "added.bin" not in [f["path"] for f in tree["files"]] and tree["files_reused"] == len(previous)
 
 
 def test_missing_model_dir_and_missing_config_are_errors(tmp_path: Path) -> None:
