@@ -66,3 +66,17 @@ def test_known_hosts_check_names_hosts_without_a_recorded_key(tmp_path: Path) ->
     assert not result.passed and result.description == "no recorded key for: node-2"
     store.write_text(f"gpu-a {KEY}\ngpu-b {KEY}\n")
     assert known_hosts_cover_inventory(checkout=ManagementCheckout(root=str(root))).passed
+
+
+def test_the_inventory_check_covers_the_dagster_instance(tmp_path: Path) -> None:
+    root = checkout(tmp_path)
+    instance_dir = root / "runs" / "dagster"
+    instance_dir.mkdir(parents=True, mode=0o700)
+    (root / "runs").chmod(0o700)
+    db = instance_dir / "runs.db"
+    db.write_text("")
+    db.chmod(0o644)
+    result = private_modes_result(Settings.load(root), dg.AssetKey("host_inventory"), instance_dir)
+    assert not result.passed and result.description == f"{db}: mode 0644, expected 0600"
+    db.chmod(0o600)
+    assert private_modes_result(Settings.load(root), dg.AssetKey("host_inventory"), instance_dir).passed
