@@ -239,16 +239,18 @@ def _exchange(channel: paramiko.Channel, stdin: bytes, deadline: float, output_l
     if not pending:
         channel.shutdown_write()
     while True:
-        finished = channel.exit_status_ready() and channel.eof_received  # read before draining: no data lost
+        # Both read before draining: data arrives before EOF, exit status and close, so none is lost.
+        closed = channel.closed or not channel.get_transport().is_active()
+        finished = channel.exit_status_ready() and (channel.eof_received or closed)
         while channel.recv_ready() and len(out) + len(err) <= output_limit:
             out += channel.recv(READ_CHUNK)
         while channel.recv_stderr_ready() and len(out) + len(err) <= output_limit:
             err += channel.recv_stderr(READ_CHUNK)
         if len(out) + len(err) > output_limit:
             return _Exchange(bytes(out), bytes(err), "output")
-        if finished:
-            return _Exchange(bytes(out), bytes(err), "exited")
-        if channel.closed or not channel.get_transport().is_active():
+        if finished:  # paramiko reports a close without any exit status as status -1
+            return _Exchange(bytes(out), bytes(err), "exited" if channel.recv_exit_status() != -1 else "closed")
+        if closed:
             return _Exchange(bytes(out), bytes(err), "closed")
         left = deadline - time.monotonic()
         if left <= 0:
