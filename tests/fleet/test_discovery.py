@@ -408,7 +408,7 @@ def test_malformed_nvidia_smi_names_host_and_tool_and_replaces_nothing(
     discover(checkout, capsys)
     before = snapshot(checkout / "config")
     with replaced_file(fleet.host("h2").hostdir / "bin" / "nvidia-smi", BAD_NVIDIA_SMI):
-        err, run = failing_discover(checkout, capsys)
+        err, run = failing_discover(checkout, capsys, rc=1)  # what a host printed is a host failure
     assert re.search(r"host node-2: nvidia-smi: line 1: expected 5 comma-separated fields, got 3", err), err
     assert "node-1" not in err and "node-3" not in err
     assert snapshot(checkout / "config") == before
@@ -487,28 +487,29 @@ def test_dagster_cli_materialize_generates_the_same_files(
 
 
 @pytest.mark.parametrize(
-    ("case", "roles", "extra", "expected"),
+    ("case", "roles", "extra", "expected", "exit_code"),
     [
+        # the hosts report the image missing: a host failure (exit 1), like any host output
         ("image", ROLES, {"NARWHAL_ENGINE_IMAGE": "narwhal/inference-engine:no-such-tag"},
          [r"host node-1: docker image inspect: .*No such image: narwhal/inference-engine:no-such-tag",
-          r"host node-2: docker", r"host node-3: docker"]),
+          r"host node-2: docker", r"host node-3: docker"], 1),
         ("pin", ROLES, {"NARWHAL_MODEL_CONFIG_SHA256": "0" * 64},
-         [r"host node-1: engine-1 config.json SHA-256 .* NARWHAL_MODEL_CONFIG_SHA256", r"host node-3: engine-3"]),
+         [r"host node-1: engine-1 config.json SHA-256 .* NARWHAL_MODEL_CONFIG_SHA256", r"host node-3: engine-3"], 2),
         ("fabric", ROLES, {"NARWHAL_FABRIC_INTERFACE": "nosuch0"},
-         [r"host node-2: fabric interface 'nosuch0' \(NARWHAL_FABRIC_INTERFACE\) not found"]),
+         [r"host node-2: fabric interface 'nosuch0' \(NARWHAL_FABRIC_INTERFACE\) not found"], 2),
         ("one-engine", {"router": "h1", "engine-1": "h1"}, {},
-         [r"hosts.local.json: hosts: the fleet needs at least two engines .*found 1"]),
+         [r"hosts.local.json: hosts: the fleet needs at least two engines .*found 1"], 2),
     ],
 )  # fmt: skip
 def test_discovery_rejects_bad_inputs_and_writes_nothing(
     tmp_path: Path, fleet: SimFleet, ssh_config: Path, capsys: pytest.CaptureFixture[str],
-    case: str, roles: dict[str, str], extra: dict[str, str], expected: list[str],
+    case: str, roles: dict[str, str], extra: dict[str, str], expected: list[str], exit_code: int,
 ) -> None:  # fmt: skip
     root = make_checkout(tmp_path / case, fleet, ssh_config, roles, **extra)
     rc, _, err = cli(root, "plan", capsys=capsys)
     assert rc == 0, err
     before = snapshot(root / "config")
-    err, _ = failing_discover(root, capsys)
+    err, _ = failing_discover(root, capsys, rc=exit_code)
     for pattern in expected:
         assert re.search(pattern, err), f"{pattern!r} not in:\n{err}"
     assert snapshot(root / "config") == before, "a rejected discovery enrolled a host key or wrote config"
