@@ -133,7 +133,7 @@ class Watchdog:
         )
 
     def _host_expired(self) -> str:
-        return f"the host did not finish within {self.host_timeout:.0f} s (host timeout); stopped"
+        return f"the host did not finish within {self.host_timeout:.0f} s (host timeout)"
 
     def _expire(self, reason: str) -> None:
         if not self._stopped.is_set() and self.reason is None:
