@@ -94,7 +94,7 @@ class Watchdog:
 
     def __init__(self, transport: paramiko.Transport, interval: float, count: int, deadline: float, host: float):
         self.transport = transport
-        self.interval, self.window = interval, interval * count
+        self.interval, self.count, self.window = interval, count, interval * count
         self.deadline, self.host_timeout = deadline, host
         self.reason: str | None = None
         self._stopped = threading.Event()
@@ -127,10 +127,7 @@ class Watchdog:
         return None
 
     def _silent(self) -> str:
-        return (
-            f"connection lost: no reply to keep-alive within {self.window:.0f} s "
-            f"({self.interval:g} s x {self.window / self.interval:.0f})"
-        )
+        return f"connection lost: no reply to keep-alive within {self.window:g} s ({self.interval:g} s x {self.count})"
 
     def _host_expired(self) -> str:
         return f"the host did not finish within {self.host_timeout:.0f} s (host timeout)"
