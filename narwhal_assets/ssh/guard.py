@@ -21,7 +21,8 @@ import sys
 import time
 
 TIMED_OUT = 124
-GONE = (select.POLLERR | select.POLLHUP) if hasattr(select, "POLLERR") else 0
+CHANNEL_GONE = 129  # as if hung up: nobody reads this status any more
+GONE = select.POLLERR | select.POLLHUP
 
 
 def _status(raw):
@@ -41,7 +42,8 @@ def _start(argv):
     if pid == 0:
         try:
             os.setpgid(0, 0)
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            for ignored_by_python in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(ignored_by_python, signal.SIG_DFL)
             os.execvp(argv[0], argv)
         finally:
             os._exit(127)
@@ -51,11 +53,9 @@ def _start(argv):
 
 
 def _say(text):
-    try:
+    with contextlib.suppress(OSError):
         sys.stderr.write(text)
         sys.stderr.flush()
-    except OSError:
-        pass
 
 
 def guard(limit, argv):
@@ -85,7 +85,7 @@ def guard(limit, argv):
             break
         events = poller.poll(int(left * 1000) + 1)
         if any(fd == 1 and mask & GONE for fd, mask in events):
-            status = 129
+            status = CHANNEL_GONE
         for fd, _ in events:
             if fd == wake_read:
                 os.read(wake_read, 512)
