@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from narwhal_assets.commands import access, discover, interactive, plan
+from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
 
 EXIT_FAILED = 1
@@ -34,6 +35,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except NarwhalError as exc:
-        for line in str(exc).splitlines():
-            print(f"deploy-hosts {args.command}: error: {line}", file=sys.stderr)
+        for line in str(exc).split("\n"):  # our lines; anything a host put inside one is escaped
+            print(f"deploy-hosts {args.command}: error: {printable(line, None)}", file=sys.stderr)
         return EXIT_INPUT if isinstance(exc, InputError) else EXIT_FAILED

@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from narwhal_assets.checkout import Checkout
 from narwhal_assets.commands import add_selection
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.display import printable
+from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.ssh.access import host_access, host_accesses, make_connector
 from narwhal_assets.ssh.transport import HostConnection
 from narwhal_assets.ssh.trust import TrustMode
 
 EXIT_FAILED = 1
+FINGERPRINT_RE = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a timeout from 0.1 to 3600 seconds (argparse exits 2 otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError("expected seconds from 0.1 to 3600")
+    return value
 
 
 def _observe(connection: HostConnection) -> tuple[str, str]:
-    """The remote hostname (a label only) and the verified host key fingerprint (the identity)."""
-    result = connection.run("hostname", timeout=30)
+    """The remote hostname (a label only, as the host printed it) and the verified host key fingerprint."""
+    result = connection.run("hostname")
     label = result.text().strip() if result.rc == 0 else f"(hostname exited {result.rc})"
     return label, connection.fingerprint
 
@@ -25,7 +39,9 @@ def _observe(connection: HostConnection) -> tuple[str, str]:
 def check_access(args: argparse.Namespace) -> int:
     checkout = Checkout.open(args.root)
     entries = checkout.select(args.host or (), args.role or ())
-    connector = make_connector(checkout.settings, TrustMode.STRICT, connect_timeout=args.timeout)
+    connector = make_connector(
+        checkout.settings, TrustMode.STRICT, connect_timeout=args.timeout, command_timeout=args.timeout
+    )
     results = connector.map_hosts(host_accesses(checkout.settings, entries), _observe)
     failed = 0
     for entry in entries:
@@ -33,14 +49,17 @@ def check_access(args: argparse.Namespace) -> int:
         roles = ",".join(entry.roles)
         if isinstance(outcome, NarwhalError):
             failed += 1
-            print(f"FAIL {entry.id:<10} roles={roles}: {outcome}", file=sys.stderr)
+            for line in str(outcome).split("\n"):
+                print(f"FAIL {entry.id:<10} roles={roles}: {printable(line, None)}", file=sys.stderr)
         else:
             label, fingerprint = outcome
-            print(f"ok   {entry.id:<10} roles={roles} hostname={label} (label) key={fingerprint}")
+            print(f"ok   {entry.id:<10} roles={roles} hostname={printable(label)} (label) key={fingerprint}")
     return EXIT_FAILED if failed else 0
 
 
 def trust(args: argparse.Namespace) -> int:
+    if not FINGERPRINT_RE.fullmatch(args.fingerprint):
+        raise InputError(["--fingerprint: expected SHA256:<43 base64 characters>, as `ssh-keygen -lf` prints it"])
     checkout = Checkout.open(args.root)
     entry = checkout.inventory.host(args.host_id)
     access = host_access(checkout.settings, entry)
@@ -55,10 +74,10 @@ def trust(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     check = sub.add_parser("check-access", help="one strict SSH connection per physical host")
     add_selection(check)
-    check.add_argument("--timeout", type=float, default=10.0, help="connect timeout in seconds (default 10)")
+    check.add_argument("--timeout", type=seconds, default=10.0, help="connect and command timeout (s, default 10)")
     check.set_defaults(func=check_access)
     replace = sub.add_parser("trust", help="replace a host's key after verifying it out of band")
     replace.add_argument("--host", dest="host_id", required=True, metavar="ID")
     replace.add_argument("--fingerprint", required=True, metavar="SHA256:...")
-    replace.add_argument("--timeout", type=float, default=10.0)
+    replace.add_argument("--timeout", type=seconds, default=10.0, help="connect timeout (s, default 10)")
     replace.set_defaults(func=trust)

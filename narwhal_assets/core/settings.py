@@ -140,11 +140,17 @@ class Settings:
 
     @property
     def ssh_config_path(self) -> Path | None:
-        """The operator's OpenSSH client config (`NARWHAL_SSH_CONFIG`, default ~/.ssh/config) if present."""
+        """The operator's OpenSSH client config: `NARWHAL_SSH_CONFIG`, which must then be a file (every host
+        would otherwise fail name resolution for a typo), else ~/.ssh/config if present."""
         value = self.get("NARWHAL_SSH_CONFIG")
-        path = Path(value) if value else Path("~/.ssh/config").expanduser()
-        path = path if path.is_absolute() else self.root / path
-        return path if path.is_file() else None
+        if not value:
+            default = Path("~/.ssh/config").expanduser()
+            return default if default.is_file() else None
+        path = Path(value) if Path(value).is_absolute() else self.root / value
+        if not path.is_file():
+            state = "is a directory" if path.is_dir() else "does not exist" if not path.exists() else "is not a file"
+            raise InputError([f"NARWHAL_SSH_CONFIG: {path} {state}; name an OpenSSH client config file"])
+        return path
 
 
 def _process_problems(process: Mapping[str, str]) -> list[str]:

@@ -2,8 +2,13 @@
 
 The probe (`narwhal_assets.remote.probe`) returns raw tool output on purpose: the formats of
 `nvidia-smi`, `ip -json` and `docker image inspect` are judged here, where a surprise becomes one clear
-`InputError` line naming the host and the tool (`host node-2: nvidia-smi: line 2: expected 5
-comma-separated fields, got 3`), with every problem of the host collected before raising.
+line naming the host and the tool (`host node-2: nvidia-smi: line 2: expected 5 comma-separated fields,
+got 3`), with every problem of the host collected before raising `ProbeOutputError`: a host failure
+(exit 1), not the operator's bad input.
+
+Everything here is hostile input: each pass is linear in the document (the transport already capped it
+at `DEFAULT_OUTPUT_LIMIT` bytes), a host reports at most `MAX_PROBLEMS` lines, and every line is escaped
+for a terminal (`core.display.printable`) because it quotes what the host printed.
 """
 
 from __future__ import annotations
@@ -11,13 +16,15 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from narwhal_assets.core.digests import tree_digest
-from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.display import printable, printable_block
+from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.observations import (
     CheckpointDigest,
     CheckpointFile,
@@ -40,10 +47,13 @@ GPU_FIELDS = ("index", "uuid", "name", "memory.total", "pci.bus_id")
 MACHINE_ID_RE = re.compile(r"[0-9a-f]{32}")
 BOOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 EXCERPT = 200
+MAX_PROBLEMS = 20
+LINE_LIMIT = 400
 
 __all__ = [
     "ProbeOutputError",
     "command_log",
+    "duplicates",
     "parse_docker_inspect",
     "parse_ip_json",
     "parse_models",
@@ -55,12 +65,39 @@ __all__ = [
 ]
 
 
-class ProbeOutputError(InputError):
-    """Every problem in one host's probe output, plus its command log so the caller can still save it."""
+class ProbeOutputError(NarwhalError):
+    """Every problem in one host's probe output, plus its command log so the caller can still save it.
+
+    What a host printed is a host failure, never bad input from the operator: it is not an InputError.
+    """
 
     def __init__(self, problems: Iterable[str], log: list[dict[str, Any]]) -> None:
-        super().__init__(problems)
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
         self.command_log = log
+
+
+def host_problems(host_id: str, problems: list[str]) -> list[str]:
+    """`host <id>: <problem>` lines, escaped for a terminal, at most MAX_PROBLEMS of them plus a count."""
+    lines = [f"host {host_id}: {printable(p, LINE_LIMIT)}" for p in problems[:MAX_PROBLEMS]]
+    if len(problems) > MAX_PROBLEMS:
+        lines.append(f"host {host_id}: ... and {len(problems) - MAX_PROBLEMS} more problems (see the command log)")
+    return lines
+
+
+def duplicates(values: Iterable[Hashable]) -> list[str]:
+    """The values occurring more than once, as sorted strings; one counting pass (hashing), never pairwise."""
+    return sorted(str(value) for value, count in Counter(values).items() if count > 1)
+
+
+def _json(text: str) -> tuple[Any, str | None]:
+    """json.loads that turns every failure into a message: malformed text, or nesting too deep to decode."""
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    except RecursionError:
+        return None, "not JSON this program reads (nested too deeply)"
 
 
 # ---------------------------------------------------------------- small helpers
@@ -133,9 +170,10 @@ def parse_nvidia_smi(stdout: str) -> tuple[list[Gpu], list[str]]:
         if gpu is not None:
             gpus.append(gpu)
     for label, values in (("index", [g.index for g in gpus]), ("uuid", [g.uuid for g in gpus])):
-        duplicates = sorted({str(v) for v in values if values.count(v) > 1})
-        if duplicates:
-            problems.append(f"{NVIDIA_SMI}: duplicate GPU {label} {', '.join(duplicates)}")
+        repeated = duplicates(values)
+        if repeated:
+            more = f", ... ({len(repeated)} in all)" if len(repeated) > MAX_PROBLEMS else ""
+            problems.append(f"{NVIDIA_SMI}: duplicate GPU {label} {', '.join(repeated[:MAX_PROBLEMS])}{more}")
     return sorted(gpus, key=lambda g: g.index), problems
 
 
@@ -186,10 +224,9 @@ def _interface(number: int, entry: Any, speeds: Mapping[str, Any]) -> tuple[NetI
 
 def parse_ip_json(stdout: str, speeds: Mapping[str, Any]) -> tuple[list[NetInterface], list[str]]:
     """Interfaces from `ip -json address`, with link speeds (Mbit/s) read from sysfs by the probe."""
-    try:
-        entries = json.loads(stdout)
-    except json.JSONDecodeError as exc:
-        return [], [f"{IP}: output is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
+    entries, failure = _json(stdout)
+    if failure:
+        return [], [f"{IP}: output is {failure}"]
     if not isinstance(entries, list):
         return [], [f"{IP}: expected a JSON array of interfaces, got {type(entries).__name__}"]
     interfaces: list[NetInterface] = []
@@ -246,10 +283,9 @@ def parse_rdma(entries: Any) -> tuple[list[RdmaPort], list[str]]:
 
 def parse_docker_inspect(reference: str, stdout: str) -> tuple[ImageObservation | None, list[str]]:
     """The image's immutable id and repo digests from `docker image inspect <reference>`."""
-    try:
-        images = json.loads(stdout)
-    except json.JSONDecodeError as exc:
-        return None, [f"{DOCKER}: output is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"]
+    images, failure = _json(stdout)
+    if failure:
+        return None, [f"{DOCKER}: output is {failure}"]
     if not isinstance(images, list) or len(images) != 1 or not isinstance(images[0], Mapping):
         count = len(images) if isinstance(images, list) else "no"
         return None, [f"{DOCKER}: expected a JSON array with one image for {reference}, got {count}"]
@@ -326,10 +362,9 @@ def _model(host_id: str, engine: str, result: Mapping[str, Any]) -> tuple[Checkp
 
 def _model_config(engine: str, text: Any) -> tuple[dict[str, Any], list[str]]:
     """The parsed config.json; launch policy reads limits such as max_position_embeddings from it."""
-    try:
-        config = json.loads(text) if isinstance(text, str) else None
-    except json.JSONDecodeError as exc:
-        return {}, [f"checkpoint {engine}: config.json: not valid JSON (line {exc.lineno})"]
+    config, failure = _json(text) if isinstance(text, str) else (None, None)
+    if failure:
+        return {}, [f"checkpoint {engine}: config.json: {failure}"]
     if not isinstance(config, dict):
         return {}, [f"checkpoint {engine}: config.json: expected a JSON object"]
     return config, []
@@ -438,10 +473,9 @@ def _host_facts(doc: Mapping[str, Any], tools: Mapping[str, Any]) -> tuple[dict[
 def _load(raw_json: str) -> tuple[dict[str, Any] | None, str | None]:
     if not raw_json.strip():
         return None, "probe: printed nothing (is python3 installed on the host?)"
-    try:
-        doc = json.loads(raw_json)
-    except json.JSONDecodeError as exc:
-        return None, f"probe: output is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    doc, failure = _json(raw_json)
+    if failure:
+        return None, f"probe: output is {failure}"
     if not isinstance(doc, dict):
         return None, "probe: output is not a JSON object"
     if doc.get("schema") != PROBE_SCHEMA or doc.get("schema_version") != PROBE_SCHEMA_VERSION:
@@ -477,11 +511,11 @@ def parse_probe_output(
 ) -> tuple[HostObservation, dict[str, CheckpointDigest], list[dict[str, Any]]]:
     """One host's observation, its checkpoint digests per engine, and its command log.
 
-    Raises ProbeOutputError (an InputError) listing every problem as `host <id>: <tool>: <what>`.
+    Raises ProbeOutputError (a host failure) listing the problems as `host <id>: <tool>: <what>`.
     """
     doc, failure = _load(raw_json)
     if doc is None:
-        raise ProbeOutputError([f"host {host_id}: {failure}"], [])
+        raise ProbeOutputError(host_problems(host_id, [str(failure)]), [])
     log = _log_entries(doc)
     tools = doc.get("tools") if isinstance(doc.get("tools"), Mapping) else {}
     engine_host = any(role.startswith("engine-") for role in roles)
@@ -499,7 +533,7 @@ def parse_probe_output(
     models, digests, found = parse_models(host_id, doc.get("models", {}), bool(doc.get("errors")))
     problems += found
     if problems:
-        raise ProbeOutputError([f"host {host_id}: {p}" for p in problems], log)
+        raise ProbeOutputError(host_problems(host_id, problems), log)
     observation = HostObservation(
         host_id=host_id,
         roles=list(roles),
@@ -520,19 +554,21 @@ def parse_probe_output(
 
 def _render_entry(entry: Mapping[str, Any]) -> str:
     argv = [str(arg) for arg in entry.get("argv", [])]
-    parts = [f"$ {shlex.join(argv)}\n"]
+    parts = [f"$ {printable(shlex.join(argv), None)}\n"]
     for stream in ("stdout", "stderr"):
-        text = str(entry.get(stream) or "")
+        text = printable_block(str(entry.get(stream) or ""))
         if text:
             if stream == "stderr":
                 parts.append("[stderr]\n")
             parts.append(text if text.endswith("\n") else text + "\n")
     seconds = entry.get("seconds")
     timing = f" after {seconds:.3f} s" if isinstance(seconds, int | float) else ""
-    parts.append(f"exit {entry.get('rc', '?')}{timing}\n")
+    parts.append(f"exit {printable(entry.get('rc', '?'), 20)}{timing}\n")
     return "".join(parts)
 
 
 def render_command_log(entries: Iterable[Mapping[str, Any]]) -> str:
-    """Human-readable log of the commands the probe ran: `$ argv`, stdout, `[stderr]` and stderr, `exit N`."""
+    """Human-readable log of the commands the probe ran: `$ argv`, stdout, `[stderr]` and stderr, `exit N`.
+
+    Control characters other than newline and tab are escaped, so `cat`ing a log is as safe as the CLI."""
     return "\n".join(_render_entry(entry) for entry in entries)

@@ -2,7 +2,9 @@
 
 ProxyJump hops are spelled out as nested ProxyCommands, because OpenSSH does not pass command-line
 options to jump hosts: every hop is then checked against the same store, never ~/.ssh/known_hosts.
-A password reaches `sshpass -d FD` through a pipe, never argv or the environment.
+A password reaches `sshpass -d FD` through a pipe, never argv or the environment. It is written into the
+pipe before exec, so its size is bounded below one page (the smallest pipe capacity): the write can
+never block, whatever the size, and a longer value is refused (OpenSSH itself reads at most 1023 bytes).
 """
 
 from __future__ import annotations
@@ -12,10 +14,13 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.limits import maximum
 from narwhal_assets.ssh.destination import Endpoint
 
 SSH = "ssh"
 SSHPASS = "sshpass"
+MAX_PASSWORD_BYTES = maximum("NARWHAL_ROUTER_SSH_PASSWORD")  # every password variable has this limit
 
 
 def trust_options(known_hosts: Path) -> list[str]:
@@ -58,9 +63,18 @@ class OpenSshCommand:
         """Write the password into a fresh pipe whose read end sshpass inherits (`-d FD`)."""
         if self.password is None:
             return
+        secret = self.password.encode()
+        if len(secret) > MAX_PASSWORD_BYTES or b"\n" in secret:
+            raise InputError([f"password: must be one line of at most {MAX_PASSWORD_BYTES} bytes"])
         read_fd, write_fd = os.pipe()
-        os.write(write_fd, self.password.encode() + b"\n")
-        os.close(write_fd)
+        try:
+            os.set_blocking(write_fd, False)  # a full pipe would raise, never hang (cannot happen below a page)
+            os.write(write_fd, secret + b"\n")
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
         os.set_inheritable(read_fd, True)
         self.argv = [SSHPASS, "-d", str(read_fd), *self.argv]
         self.pass_fds = (read_fd,)

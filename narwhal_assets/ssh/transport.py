@@ -2,22 +2,33 @@
 
 The host key is checked against the checkout-local store right after key exchange and before any
 credential is sent. There is no missing-host-key policy: paramiko's `SSHClient` is not used at all.
+
+Every step is bounded and every failure says which bound was hit: TCP connect, SSH banner and key
+exchange, and authentication each by `connect_timeout`; each command by its timeout and an output cap;
+the whole host (connect plus all its work in `map_hosts`) by `host_timeout`; and a peer that goes silent
+(cut link, frozen host) by keep-alives: a request every `alive_interval` seconds that must be answered
+within `alive_interval * alive_count` seconds. Remote commands run under `narwhal_assets.ssh.guard`, so a
+command we stop (timeout, output cap, lost connection) or that exits leaves no process on the host.
 """
 
 from __future__ import annotations
 
-import io
 import select
+import shlex
 import socket
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
 import paramiko
 
+from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.ssh.destination import Endpoint, identity_candidates, resolve_endpoint
 from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode, Verdict
@@ -25,6 +36,14 @@ from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode, Verdic
 T = TypeVar("T")
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_COMMAND_TIMEOUT = 300.0
+DEFAULT_HOST_TIMEOUT = 3600.0
+DEFAULT_ALIVE_INTERVAL = 5.0
+DEFAULT_ALIVE_COUNT = 3
+DEFAULT_OUTPUT_LIMIT = 8 << 20
+GUARD_GRACE_S = 5.0  # the guard's own deadline trails ours: it only matters when our close cannot arrive
+KEEPALIVE_REQUEST = "keepalive@openssh.com"
+READ_CHUNK = 65536
+SEND_CHUNK = 32768
 
 
 class SshFailure(NarwhalError):
@@ -53,6 +72,72 @@ class CommandResult:
         return self.stdout.decode("utf-8", "replace")
 
 
+@cache
+def guard_source() -> str:
+    """The guard program's source, exactly as shipped in the package."""
+    return resources.files(__package__).joinpath("guard.py").read_text(encoding="utf-8")
+
+
+def guarded(command: str, limit: float) -> str:
+    """The remote command line that runs `command` under the guard with a `limit`-second backstop."""
+    argv = ["python3", "-c", guard_source(), f"{limit:.0f}", "/bin/sh", "-c", command]
+    return "exec " + shlex.join(argv)
+
+
+class Watchdog:
+    """Closes a transport when its peer stops answering keep-alives or the host's deadline passes.
+
+    paramiko's own keep-alive only sends; it never notices silence, so a cut link used to surface only
+    when TCP gave up (~16 minutes). Here each request must be answered within the window; `reason`
+    then says which bound ended the connection.
+    """
+
+    def __init__(self, transport: paramiko.Transport, interval: float, count: int, deadline: float, host: float):
+        self.transport = transport
+        self.interval, self.count, self.window = interval, count, interval * count
+        self.deadline, self.host_timeout = deadline, host
+        self.reason: str | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="ssh-watchdog", daemon=True)
+
+    def start(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(max(0.0, min(self.interval, self.deadline - time.monotonic()))):
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                return self._expire(self._host_expired())
+            if not self.transport.is_active():
+                return None
+            reason = self._silent() if self.window < left else self._host_expired()
+            timer = threading.Timer(min(self.window, left), self._expire, (reason,))
+            timer.daemon = True
+            timer.start()
+            try:
+                self.transport.global_request(KEEPALIVE_REQUEST, wait=True)
+            except (paramiko.SSHException, OSError, EOFError):
+                return None
+            finally:
+                timer.cancel()
+        return None
+
+    def _silent(self) -> str:
+        return f"connection lost: no reply to keep-alive within {self.window:g} s ({self.interval:g} s x {self.count})"
+
+    def _host_expired(self) -> str:
+        return f"the host did not finish within {self.host_timeout:.0f} s (host timeout)"
+
+    def _expire(self, reason: str) -> None:
+        if not self._stopped.is_set() and self.reason is None:
+            self.reason = reason
+        self.transport.close()
+
+
 @dataclass
 class HostConnection:
     """An authenticated transport to one host (plus the ProxyJump transports under it)."""
@@ -63,6 +148,8 @@ class HostConnection:
     transport: paramiko.Transport
     hops: list[paramiko.Transport]
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    watchdog: Watchdog | None = None
 
     @property
     def host_id(self) -> str:
@@ -73,23 +160,32 @@ class HostConnection:
         return self.verdict.fingerprint
 
     def run(self, command: str, stdin: bytes | None = None, timeout: float | None = None) -> CommandResult:
-        """Run `command` in the remote login shell, feeding `stdin`; bounded by `timeout` seconds."""
+        """Run `command` on the host under the guard, feeding `stdin`; bounded by `timeout` seconds and the
+        output limit (stdout plus stderr). Stopping it for any reason stops its processes on the host."""
         limit = self.command_timeout if timeout is None else timeout
         started = time.monotonic()
+        label = f"command `{printable(command, 60)}`"
         try:
             channel = self.transport.open_session(timeout=limit)
-            channel.exec_command(command)
-            if stdin is not None:
-                channel.sendall(stdin)
-            channel.shutdown_write()
-            out, err = _drain(channel, started + limit)
-            rc = channel.recv_exit_status() if channel.exit_status_ready() else -1
-            channel.close()
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise self._failure(f"command failed: {_describe(exc)}") from None
-        if rc == -1:
-            raise self._failure(f"command did not finish within {limit:.0f} s or the connection dropped")
-        return CommandResult(command, rc, out, err, time.monotonic() - started)
+            raise self._failure(self._lost() or f"{label}: cannot open a session: {_describe(exc)}") from None
+        try:
+            channel.exec_command(guarded(command, limit + GUARD_GRACE_S))
+            outcome = _exchange(channel, stdin or b"", started + limit, self.output_limit)
+            rc = channel.recv_exit_status() if outcome.ended == "exited" else -1
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._failure(self._lost() or f"{label} failed: {_describe(exc)}") from None
+        finally:
+            channel.close()
+        if outcome.ended == "timeout":
+            raise self._failure(f"{label} did not finish within {limit:.0f} s (command timeout); stopped it")
+        if outcome.ended == "output":
+            raise self._failure(
+                f"{label} printed more than {self.output_limit} bytes (output limit); stopped reading and stopped it"
+            )
+        if outcome.ended == "closed":
+            raise self._failure(self._lost() or f"connection closed by the host before {label} finished")
+        return CommandResult(command, rc, outcome.stdout, outcome.stderr, time.monotonic() - started)
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None:
         """Write `data` to `remote_path` (created with `mode` before any byte is written)."""
@@ -97,16 +193,23 @@ class HostConnection:
             sftp = paramiko.SFTPClient.from_transport(self.transport)
             if sftp is None:
                 raise paramiko.SSHException("the server refused the SFTP subsystem")
+            sftp.get_channel().settimeout(self.command_timeout)
             with sftp, sftp.open(remote_path, "wb") as handle:
                 handle.chmod(mode)
                 handle.write(data)
         except (paramiko.SSHException, OSError) as exc:
-            raise self._failure(f"upload to {remote_path} failed: {_describe(exc)}") from None
+            raise self._failure(self._lost() or f"upload to {remote_path} failed: {_describe(exc)}") from None
 
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self.transport.close()
         for hop in reversed(self.hops):
             hop.close()
+
+    def _lost(self) -> str | None:
+        """Why the watchdog ended the connection, if it did."""
+        return self.watchdog.reason if self.watchdog is not None else None
 
     def _failure(self, cause: str) -> SshFailure:
         return SshFailure(f"host {self.host_id} ({self.endpoint.address}): {cause}")
@@ -118,18 +221,67 @@ class HostConnection:
         self.close()
 
 
+@dataclass(frozen=True)
+class _Exchange:
+    stdout: bytes
+    stderr: bytes
+    ended: str  # exited | timeout | output | closed
+
+
+def _exchange(channel: paramiko.Channel, stdin: bytes, deadline: float, output_limit: int) -> _Exchange:
+    """Feed stdin while reading stdout and stderr (neither side can block the other) until the command
+    exits and both streams end, the deadline passes, the output limit is exceeded, or the channel closes."""
+    out, err = bytearray(), bytearray()
+    pending = memoryview(stdin)
+    if not pending:
+        channel.shutdown_write()
+    while True:
+        # Both read before draining: data arrives before EOF, exit status and close, so none is lost.
+        closed = channel.closed or not channel.get_transport().is_active()
+        finished = channel.exit_status_ready() and (channel.eof_received or closed)
+        while channel.recv_ready() and len(out) + len(err) <= output_limit:
+            out += channel.recv(READ_CHUNK)
+        while channel.recv_stderr_ready() and len(out) + len(err) <= output_limit:
+            err += channel.recv_stderr(READ_CHUNK)
+        if len(out) + len(err) > output_limit:
+            return _Exchange(bytes(out), bytes(err), "output")
+        if finished:  # paramiko reports a close without any exit status as status -1
+            return _Exchange(bytes(out), bytes(err), "exited" if channel.recv_exit_status() != -1 else "closed")
+        if closed:
+            return _Exchange(bytes(out), bytes(err), "closed")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return _Exchange(bytes(out), bytes(err), "timeout")
+        if pending and channel.send_ready():
+            sent = channel.send(pending[:SEND_CHUNK])
+            pending = pending[sent:]
+            if not pending:
+                channel.shutdown_write()
+            continue
+        select.select([channel], [], [], min(0.05 if pending else 0.5, left))
+
+
 @dataclass
 class Connector:
-    """Opens verified connections with one trust store and mode."""
+    """Opens verified connections with one trust store and mode, within the bounds described above."""
 
     store: KnownHostsStore
     mode: TrustMode
     ssh_config: Path | None = None
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT
+    host_timeout: float = DEFAULT_HOST_TIMEOUT
+    alive_interval: float = DEFAULT_ALIVE_INTERVAL
+    alive_count: int = DEFAULT_ALIVE_COUNT
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
 
-    def connect(self, access: HostAccess) -> HostConnection:
-        """Verify the host key (and every ProxyJump hop's) against the store, then authenticate."""
+    def connect(self, access: HostAccess, deadline: float | None = None) -> HostConnection:
+        """Verify the host key (and every ProxyJump hop's) against the store, then authenticate.
+
+        The connection is watched until closed: keep-alives, and `deadline` (monotonic; default: now plus
+        `host_timeout`) for everything done on it.
+        """
+        deadline = time.monotonic() + self.host_timeout if deadline is None else deadline
         endpoint = self._endpoint(access)
         sock, hops = self._through_jumps(access, endpoint)
         try:
@@ -138,16 +290,22 @@ class Connector:
             for hop in reversed(hops):
                 hop.close()
             raise
-        return HostConnection(access, endpoint, verdict, transport, hops, self.command_timeout)
+        watchdog = Watchdog(transport, self.alive_interval, self.alive_count, deadline, self.host_timeout).start()
+        return HostConnection(
+            access, endpoint, verdict, transport, hops, self.command_timeout, self.output_limit, watchdog
+        )
 
     def map_hosts(
         self, accesses: list[HostAccess], work: Callable[[HostConnection], T], workers: int = 64
     ) -> dict[str, T | NarwhalError]:
-        """Connect to every host in parallel and run `work` on each; failures are collected, not raised."""
+        """Connect to every host in parallel and run `work` on each; failures are collected, not raised.
+
+        Each host has `host_timeout` seconds from its start for connecting and all of `work`.
+        """
 
         def one(access: HostAccess) -> T | NarwhalError:
             try:
-                with self.connect(access) as connection:
+                with self.connect(access, time.monotonic() + self.host_timeout) as connection:
                     return work(connection)
             except NarwhalError as exc:
                 return exc
@@ -198,17 +356,18 @@ class Connector:
         try:
             raw = sock or socket.create_connection((endpoint.host, endpoint.port), timeout=self.connect_timeout)
         except OSError as exc:
-            raise SshFailure(f"{where}: cannot connect: {_describe(exc)}") from None
+            raise SshFailure(f"{where}: cannot connect: {_describe(exc, self.connect_timeout)}") from None
         transport = paramiko.Transport(raw)
         try:
             transport.banner_timeout = self.connect_timeout
             transport.handshake_timeout = self.connect_timeout
+            transport.auth_timeout = self.connect_timeout
             _prefer_key_types(transport, {k.key_type for k in self.store.keys_for(endpoint.host, endpoint.port)})
             transport.start_client(timeout=self.connect_timeout)
             key = transport.get_remote_server_key()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             transport.close()
-            raise SshFailure(f"{where}: SSH handshake failed: {_describe(exc)}") from None
+            raise SshFailure(f"{where}: SSH handshake failed: {_describe(exc, self.connect_timeout)}") from None
         return transport, HostKey(key.get_name(), key.get_base64())
 
     def _open(
@@ -225,7 +384,6 @@ class Connector:
         try:
             verdict = self.store.verify(who, endpoint.host, endpoint.port, presented, self.mode, hop_of=hop_of)
             _authenticate(transport, endpoint, password, f"host {access.host_id} ({endpoint.address})")
-            transport.set_keepalive(15)
         except BaseException:
             transport.close()
             raise
@@ -241,7 +399,8 @@ class Connector:
             )
         except (paramiko.SSHException, OSError) as exc:
             raise SshFailure(
-                f"host {access.host_id} ({nxt.address}): ProxyJump through {jump.address} failed: {_describe(exc)}"
+                f"host {access.host_id} ({nxt.address}): ProxyJump through {jump.address} failed: "
+                f"{_describe(exc, self.connect_timeout)}"
             ) from None
 
 
@@ -270,14 +429,21 @@ def _prefer_key_types(transport: paramiko.Transport, known: set[str]) -> None:
 
 
 def _authenticate(transport: paramiko.Transport, endpoint: Endpoint, password: str | None, where: str) -> None:
+    method = "password" if password is not None else "key/agent"
     try:
         if password is not None:
             transport.auth_password(endpoint.user, password)
         else:
             _auth_keys(transport, endpoint)
-    except paramiko.AuthenticationException:
-        method = "password" if password is not None else "key/agent"
+    except paramiko.AuthenticationException as exc:
+        if "timeout" in str(exc).lower():  # paramiko's "Authentication timeout." after auth_timeout seconds
+            raise SshFailure(
+                f"{where}: authentication ({method}) did not finish within {transport.auth_timeout:.0f} s "
+                "(connect timeout)"
+            ) from None
         raise SshFailure(f"{where}: authentication failed for user {endpoint.user} ({method})") from None
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise SshFailure(f"{where}: connection lost during authentication ({method}): {_describe(exc)}") from None
     if not transport.is_authenticated():
         raise SshFailure(f"{where}: authentication failed for user {endpoint.user}")
 
@@ -308,28 +474,12 @@ def _load_key(path: Path) -> paramiko.PKey | None:
         return None
 
 
-def _drain(channel: paramiko.Channel, deadline: float) -> tuple[bytes, bytes]:
-    """Read stdout and stderr until the command exits and both streams end, or the deadline passes."""
-    out, err = io.BytesIO(), io.BytesIO()
-    while True:
-        if channel.recv_ready():
-            out.write(channel.recv(65536))
-        elif channel.recv_stderr_ready():
-            err.write(channel.recv_stderr(65536))
-        elif channel.exit_status_ready() and (channel.eof_received or channel.closed):
-            return out.getvalue(), err.getvalue()
-        elif channel.closed or time.monotonic() > deadline:
-            channel.close()
-            return out.getvalue(), err.getvalue()
-        else:
-            select.select([channel], [], [], min(0.5, max(0.0, deadline - time.monotonic())))
-
-
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, timeout: float | None = None) -> str:
+    """The cause in a few words; paramiko's texts can quote the server (a banner), so they are escaped."""
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, TimeoutError | socket.timeout):
-        return "timed out"
+        return "timed out" + (f" after {timeout:.0f} s (connect timeout)" if timeout is not None else "")
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
-    return type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}"
+    return printable(type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}", 200)

@@ -71,6 +71,10 @@ class HostKeyChanged(HostKeyError):
     pass
 
 
+class HostKeyRevoked(HostKeyError):
+    pass
+
+
 def fingerprint_of(blob: bytes) -> str:
     """OpenSSH's `SHA256:<unpadded base64>` fingerprint of a public key blob."""
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
@@ -139,7 +143,7 @@ class KnownHostsStore:
         self._pending: list[tuple[Subject, str, int, HostKey]] = []
 
     def keys_for(self, host: str, port: int) -> list[HostKey]:
-        """Recorded keys for this host (plain or hashed names); a `@revoked` key counts as changed."""
+        """Recorded keys for this host (plain or hashed names); `@revoked` lines are not among them."""
         name = host_pattern(host, port)
         return [line.key for line in self._lines() if line.key and line.marker is None and line.matches(name)]
 
@@ -156,10 +160,12 @@ class KnownHostsStore:
         then the hop's alias), so messages and the suggested `trust` command point at the right machine.
         """
         subject = Subject(host_id, hop_of)
+        if presented in self.revoked(host, port):
+            raise self._revoked(subject, host, port, presented)
         recorded = self.keys_for(host, port)
-        if presented in recorded and presented not in self.revoked(host, port):
+        if presented in recorded:
             return Verdict("known", presented.fingerprint)
-        if recorded or presented in self.revoked(host, port):
+        if recorded:
             raise self._changed(subject, host, port, recorded, presented)
         if mode is not TrustMode.ACCEPT_NEW:
             raise HostKeyUnknown(
@@ -189,6 +195,8 @@ class KnownHostsStore:
 
     def _enrol(self, subject: Subject, host: str, port: int, presented: HostKey) -> Verdict:
         with self._locked():
+            if presented in self.revoked(host, port):
+                raise self._revoked(subject, host, port, presented)
             recorded = self.keys_for(host, port)
             if presented in recorded:
                 return Verdict("known", presented.fingerprint)
@@ -206,6 +214,8 @@ class KnownHostsStore:
             )
         name = host_pattern(host, port)
         with self._locked():
+            if presented in self.revoked(host, port):
+                raise self._revoked(Subject(host_id), host, port, presented)
             kept = [
                 line.text for line in self._lines() if not (line.key and line.marker is None and line.matches(name))
             ]
@@ -215,10 +225,17 @@ class KnownHostsStore:
     def fingerprints(self, host: str, port: int) -> list[str]:
         return [key.fingerprint for key in self.keys_for(host, port)]
 
+    def _revoked(self, subject: Subject, host: str, port: int, presented: HostKey) -> HostKeyRevoked:
+        """A `@revoked` line wins over any plain line for the same key, as in OpenSSH."""
+        return HostKeyRevoked(
+            f"{subject.label} ({format_address(host, port)}): HOST KEY REVOKED: the server presented "
+            f"{presented.key_type} {presented.fingerprint}, which {self.path} marks @revoked. Refusing to connect"
+        )
+
     def _changed(
         self, subject: Subject, host: str, port: int, recorded: list[HostKey], presented: HostKey
     ) -> HostKeyChanged:
-        shown = ", ".join(f"{k.key_type} {k.fingerprint}" for k in recorded) or "a revoked key"
+        shown = ", ".join(f"{k.key_type} {k.fingerprint}" for k in recorded)
         target = subject.host_id if subject.hop_of is None else f"<id of the inventory host at {host}>"
         return HostKeyChanged(
             f"{subject.label} ({format_address(host, port)}): HOST KEY CHANGED: {self.path} records {shown}, "

@@ -7,8 +7,10 @@ reachable only through h1 by ProxyJump), h4..h6 (engines 4..6, key auth). Tests 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -300,6 +302,22 @@ def assert_nowhere(secret: str, roots: list[Path], dagster_home: Path | None = N
                 assert secret.encode() not in path.read_bytes(), f"secret in {path}"
 
 
+def assert_handed_over_by_pipe(pid: int, secret: str) -> None:
+    """The running processes' view of the handover (test_ssh_units checks the same rules on the argv and fd
+    before exec): `sshpass -d FD` with FD a pipe, and no process holds an open file containing the secret."""
+    argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+    assert argv[:2] == [b"sshpass", b"-d"], argv[:3]
+    with contextlib.suppress(FileNotFoundError):  # sshpass may have closed it after reading
+        assert os.readlink(f"/proc/{pid}/fd/{int(argv[2])}").startswith("pipe:")
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            opened = fd.stat()  # the open file itself, even when its name was deleted
+            data = fd.read_bytes() if stat.S_ISREG(opened.st_mode) and opened.st_size < (1 << 20) else b""
+        except OSError:
+            continue
+        assert secret.encode() not in data, f"{fd} (an open file) holds the secret"
+
+
 def test_proxyjump_reaches_a_host_only_through_its_bastion(
     checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -360,6 +378,7 @@ def test_shell_for_a_password_host_opens_an_interactive_session(checkout: Path, 
         child.sendline("echo marker-$USER-$((6*7))")
         child.expect(f"marker-{fleet.host('h2').user}-42")
         assert_nowhere(PASSWORD, [checkout])
+        assert_handed_over_by_pipe(child.pid, PASSWORD)
         child.sendline("exit")
         child.expect(pexpect.EOF)
     finally:

@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 
 from narwhal_assets.core.digests import tree_digest
+from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.remote.parse import (
+    MAX_PROBLEMS,
     ProbeOutputError,
     command_log,
+    duplicates,
     parse_ip_json,
     parse_nvidia_smi,
     parse_os_release,
@@ -363,4 +366,86 @@ def test_model_config_content_is_parsed_and_bad_json_is_named() -> None:
     assert observation.models["engine-1"].config["max_position_embeddings"] == 131072
     doc = good_doc()
     doc["models"]["engine-1"]["config_text"] = "{not json"
-    assert "host node-2: checkpoint engine-1: config.json: not valid JSON (line 1)" in problems_of(doc)
+    expected = "host node-2: checkpoint engine-1: config.json: not JSON (Expecting property name enclosed in double"
+    assert any(p.startswith(expected) and p.endswith("at line 1 column 2)") for p in problems_of(doc))
+
+
+# ---------------------------------------------------------------- hostile output (issue 12, items 5, 6, 7)
+
+
+def test_probe_output_problems_are_host_failures_not_bad_input() -> None:
+    """A host's malformed output exits 1 like any host failure; exit 2 is for the operator's input."""
+    assert not issubclass(ProbeOutputError, InputError)
+    assert issubclass(ProbeOutputError, NarwhalError)
+
+
+class Counted:
+    """A value that counts how often it is compared: a pairwise duplicate search compares n^2 times."""
+
+    comparisons = 0
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        Counted.comparisons += 1
+        return isinstance(other, Counted) and other.value == self.value
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+def test_duplicate_detection_compares_each_value_a_bounded_number_of_times() -> None:
+    values = [Counted(i) for i in range(5000)] + [Counted(7), Counted(7), Counted(11)]
+    Counted.comparisons = 0
+    assert duplicates(values) == ["11", "7"]
+    assert Counted.comparisons <= 2 * len(values), f"{Counted.comparisons} comparisons for {len(values)} values"
+
+
+def test_a_flood_of_valid_duplicate_gpu_rows_is_reported_in_bounded_lines() -> None:
+    """8 MiB of identical valid rows (what the transport lets through at most): one linear pass, and the
+    problem lines stay short (the old pairwise search needed ~10^10 comparisons here)."""
+    row = NVIDIA.splitlines()[0] + "\n"
+    doc = good_doc()
+    doc["tools"]["nvidia-smi"]["stdout"] = row * ((8 << 20) // len(row))
+    problems = problems_of(doc)
+    assert problems[0].startswith(HOST + "nvidia-smi: duplicate GPU index 0") and len(problems) == 2
+    assert all(len(p) < 600 for p in problems)
+
+
+def test_a_host_reports_at_most_max_problems_lines_each_escaped_and_bounded() -> None:
+    flood = good_doc()
+    flood["tools"]["nvidia-smi"]["stdout"] = "x\n" * 5000
+    problems = problems_of(flood)
+    assert len(problems) == MAX_PROBLEMS + 1
+    assert problems[-1] == f"{HOST}... and {5000 - MAX_PROBLEMS} more problems (see the command log)"
+    hostile = good_doc()
+    hostile["tools"]["docker"] = tool(["docker"], "", rc=1, stderr="\x1b]0;pwned\x07" + "E" * 10_000 + "\nforged\n")
+    [problem] = problems_of(hostile)
+    assert problem.startswith(HOST + "docker image inspect: exit 1: \\x1b]0;pwned\\x07EEE") and "forged" not in problem
+    assert "\x1b" not in "".join([*problems, problem]) and all(len(p) < 600 for p in [*problems, problem])
+
+
+@pytest.mark.parametrize("where", ["probe", "ip", "docker", "config"])
+def test_json_nested_too_deeply_is_a_problem_not_a_crash(where: str) -> None:
+    deep = "[" * 200_000 + "]" * 200_000
+    doc = good_doc()
+    if where == "probe":
+        with pytest.raises(ProbeOutputError) as caught:
+            parse_probe_output("node-2", ["engine-1"], "SHA256:abc", deep, "now")
+        assert caught.value.problems == [HOST + "probe: output is not JSON this program reads (nested too deeply)"]
+        return
+    if where == "config":
+        doc["models"]["engine-1"]["config_text"] = deep
+    else:
+        doc["tools"][where]["stdout"] = deep
+    assert any("nested too deeply" in p for p in problems_of(doc))
+
+
+def test_command_log_escapes_control_characters_but_keeps_lines() -> None:
+    entries = [tool(["hostname"], "evil\x1b]0;pwned\x07\r\nsecond line\n", rc="\x1b[2J")]  # type: ignore[arg-type]
+    rendered = render_command_log(entries)
+    assert rendered == "$ hostname\nevil\\x1b]0;pwned\\x07\\r\nsecond line\nexit \\x1b[2J after 0.012 s\n"

@@ -6,17 +6,22 @@ import base64
 import hashlib
 import hmac
 import os
+import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.settings import Settings
+from narwhal_assets.ssh.access import make_connector, transport_bounds
 from narwhal_assets.ssh.destination import resolve_endpoint
-from narwhal_assets.ssh.openssh import openssh_command
+from narwhal_assets.ssh.openssh import MAX_PASSWORD_BYTES, openssh_command
 from narwhal_assets.ssh.trust import (
     HostKey,
     HostKeyChanged,
+    HostKeyRevoked,
     HostKeyUnknown,
     KnownHostsStore,
     TrustMode,
@@ -61,7 +66,7 @@ def test_lookup_honours_hashed_bracketed_wildcard_negated_and_revoked_entries(tm
     assert store.keys_for("bad.fleet.example", 22) == []
     assert store.keys_for("x.ca.example", 22) == []
     assert store.verify("h", "10.0.0.5", 2222, a, TrustMode.STRICT).outcome == "known"
-    with pytest.raises(HostKeyChanged, match="revoked"):
+    with pytest.raises(HostKeyRevoked, match="revoked"):
         store.verify("h", "gpu9", 22, c, TrustMode.ACCEPT_NEW)
 
 
@@ -160,3 +165,141 @@ def test_password_reaches_sshpass_through_a_pipe_only(tmp_path: Path) -> None:
     assert command.argv[:2] == ["sshpass", "-d"] and int(command.argv[2]) == command.pass_fds[0]
     assert os.read(command.pass_fds[0], 100) == secret.encode() + b"\n"
     os.close(command.pass_fds[0])
+
+
+def test_a_key_listed_plainly_and_as_revoked_is_refused_on_every_path(tmp_path: Path) -> None:
+    a, b = keypair(tmp_path, "a"), keypair(tmp_path, "b")
+    store_path = tmp_path / "known_hosts"
+    for plain in ("h1", hashed("h1")):
+        store_path.write_text(f"{plain} {a.key_type} {a.blob_b64}\n@revoked h1 {a.key_type} {a.blob_b64}\n")
+        store = KnownHostsStore(store_path)
+        for mode in TrustMode:
+            with pytest.raises(HostKeyRevoked) as refused:
+                store.verify("node-1", "h1", 22, a, mode)
+            assert "HOST KEY REVOKED" in str(refused.value) and a.fingerprint in str(refused.value)
+            assert "deploy-hosts trust" not in str(refused.value), "a revoked key must not be trusted again"
+        before = store_path.read_bytes()
+        with pytest.raises(HostKeyRevoked):
+            store.replace("node-1", "h1", 22, a, a.fingerprint)
+        assert store_path.read_bytes() == before
+    # accept-new: staged while unknown, revoked (and listed) before the commit: the commit refuses it
+    staged = KnownHostsStore(tmp_path / "staged_known_hosts", staged=True)
+    assert staged.verify("node-1", "h1", 22, a, TrustMode.ACCEPT_NEW).outcome == "added"
+    assert staged.verify("node-2", "h2", 22, b, TrustMode.ACCEPT_NEW).outcome == "added"
+    staged.path.write_text(f"h1 {a.key_type} {a.blob_b64}\n@revoked * {a.key_type} {a.blob_b64}\n")
+    with pytest.raises(HostKeyRevoked):
+        staged.commit()
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_password_handover_rules_at_the_argv_and_fd_layer(tmp_path: Path) -> None:
+    """Each rule of the handover to sshpass, checked on what is exec'd (the /proc scan in tests/fleet checks
+    the same rules on the running processes): not in argv, not in the environment, only through a pipe."""
+    secret = "pw-SENTINEL-unit-" + "x" * (MAX_PASSWORD_BYTES - 17)
+    assert len(secret) == MAX_PASSWORD_BYTES
+    environ = dict(os.environ)
+    command = openssh_command(resolve_endpoint("u@10.0.0.1", None), tmp_path / "kh", None, password=secret)
+    assert secret not in repr(command) and all(secret not in a for a in command.argv)
+    command.prepare_password_pipe()
+    # argv: sshpass reads the password from an inherited descriptor, no -p (argv), -e (environment), -f (file)
+    assert command.argv[:3] == ["sshpass", "-d", str(command.pass_fds[0])]
+    assert not {"-p", "-e", "-f"} & set(command.argv[:3]) and all(secret not in a for a in command.argv)
+    assert os.environ == environ, "the handover changed the environment the exec'd process inherits"
+    # fd: a pipe, inheritable, only that one passed; it holds exactly the password line and then EOF
+    [fd] = command.pass_fds
+    assert stat.S_ISFIFO(os.fstat(fd).st_mode) and os.get_inheritable(fd)
+    assert os.read(fd, 4096) == secret.encode() + b"\n"
+    assert os.read(fd, 4096) == b"", "the write end must be closed: nobody else can hold or add to the secret"
+    os.close(fd)
+
+
+@pytest.mark.parametrize("secret", ["p" * (MAX_PASSWORD_BYTES + 1), "p" * 100_000, "two\nlines"])
+def test_an_absurd_password_is_refused_before_any_pipe_is_made(tmp_path: Path, secret: str) -> None:
+    command = openssh_command(resolve_endpoint("u@10.0.0.1", None), tmp_path / "kh", None, password=secret)
+    before = _open_fds()
+    with pytest.raises(InputError) as refused:
+        command.prepare_password_pipe()
+    assert secret not in str(refused.value) and _open_fds() == before and command.argv[0] == "ssh"
+
+
+def write_checkout(root: Path, *lines: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    env = ["NARWHAL_NODE_1_SSH=u@[127.0.0.1]:1", "NARWHAL_NODE_2_SSH=u@[127.0.0.1]:1", *lines]
+    (root / ".env").write_text("\n".join(env) + "\n", encoding="utf-8")
+    return root
+
+
+def run_cli(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`deploy-hosts` as its own process (as an operator runs it), DAGSTER_HOME inside the checkout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
+    env["DAGSTER_HOME"] = str(root / "runs" / "dagster")
+    argv = [sys.executable, "-m", "narwhal_assets", "--root", str(root), *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_tunnel_with_a_100kb_password_exits_2_naming_the_variable_without_hanging(tmp_path: Path) -> None:
+    secret = "SENTINEL" + "q" * 100_000
+    root = write_checkout(tmp_path / "c", f"NARWHAL_NODE_2_SSH_PASSWORD={secret}")
+    try:
+        done = run_cli(root, "tunnel", "--role", "engine-2", "--forward", "18080:8000", timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("tunnel hung handing over a 100 KB password")
+    assert done.returncode == 2, done.stderr
+    assert "NARWHAL_NODE_2_SSH_PASSWORD: value is longer than 512 bytes" in done.stderr
+    assert "SENTINEL" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("fingerprint", ["SHA256:short", "MD5:aa:bb", "SHA256:" + "A" * 43 + "!", ""])
+def test_trust_with_a_malformed_fingerprint_exits_2_before_connecting(tmp_path: Path, fingerprint: str) -> None:
+    root = write_checkout(tmp_path / "c")
+    done = run_cli(root, "trust", "--host", "node-1", "--fingerprint", fingerprint)
+    assert done.returncode == 2, done.stderr
+    assert "--fingerprint: expected SHA256:<43 base64 characters>" in done.stderr
+    assert "cannot connect" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_ssh_config_naming_a_missing_file_or_a_directory_exits_2_naming_the_variable(
+    tmp_path: Path, kind: str
+) -> None:
+    target = tmp_path / "ssh_config"
+    if kind == "directory":
+        target.mkdir()
+    root = write_checkout(tmp_path / "c", f"NARWHAL_SSH_CONFIG={target}")
+    with pytest.raises(InputError, match=r"^NARWHAL_SSH_CONFIG: .* (does not exist|is a directory)"):
+        _ = Settings.load(root).ssh_config_path
+    done = run_cli(root, "check-access", "--timeout", "2")
+    assert done.returncode == 2, done.stderr
+    assert "error: NARWHAL_SSH_CONFIG:" in done.stderr and "cannot connect" not in done.stderr
+
+
+def test_ssh_config_default_and_relative_values(tmp_path: Path) -> None:
+    root = write_checkout(tmp_path / "c", "NARWHAL_SSH_CONFIG=conf/ssh_config")
+    (root / "conf").mkdir()
+    (root / "conf" / "ssh_config").write_text("Host x\n  HostName 10.0.0.1\n")
+    assert Settings.load(root).ssh_config_path == root / "conf" / "ssh_config"
+    unset = write_checkout(tmp_path / "d")
+    home = Path("~/.ssh/config").expanduser()
+    assert Settings.load(unset).ssh_config_path == (home if home.is_file() else None)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("NARWHAL_SSH_ALIVE_INTERVAL", "0"), ("NARWHAL_SSH_ALIVE_INTERVAL", "soon"),
+     ("NARWHAL_SSH_ALIVE_COUNT", "2.5"), ("NARWHAL_SSH_HOST_TIMEOUT", "-1")],
+)  # fmt: skip
+def test_transport_bounds_out_of_range_exit_2_naming_the_variable(tmp_path: Path, name: str, value: str) -> None:
+    root = write_checkout(tmp_path / "c", f"{name}={value}")
+    with pytest.raises(InputError, match=f"^{name}: must be"):
+        transport_bounds(Settings.load(root))
+    good = write_checkout(tmp_path / "g", "NARWHAL_SSH_ALIVE_INTERVAL=1.5", "NARWHAL_SSH_ALIVE_COUNT=2")
+    connector = make_connector(Settings.load(good), TrustMode.STRICT)
+    assert (connector.alive_interval, connector.alive_count, connector.host_timeout) == (1.5, 2, 3600.0)
+
+
+def test_check_access_timeout_must_be_positive(tmp_path: Path) -> None:
+    done = run_cli(write_checkout(tmp_path / "c"), "check-access", "--timeout", "0")
+    assert done.returncode == 2 and "expected seconds from 0.1 to 3600" in done.stderr

@@ -1,0 +1,85 @@
+"""The command guard run locally, as a host runs it (`python3 -c <source> LIMIT /bin/sh -c COMMAND`): the
+command's status passes through, and its whole process group dies when it exits, when its time is up or
+when the reader of its stdout goes away (tests/fleet/test_faults.py checks the same through real sshd)."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+from narwhal_assets.ssh.transport import guard_source
+
+
+def guard(limit: float, command: str, **kwargs: object) -> subprocess.Popen[bytes]:
+    argv = ["python3", "-c", guard_source(), str(limit), "/bin/sh", "-c", command]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)  # type: ignore[call-overload]
+
+
+def processes(marker: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = proc.read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if marker in argv and "python3 -c" not in argv:
+            found.append(argv)
+    return found
+
+
+def none_left(marker: str, patience: float = 10.0) -> bool:
+    deadline = time.monotonic() + patience
+    while processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not processes(marker)
+
+
+def marker_sleep() -> str:
+    """A `sleep` command whose argv is unique to this test: `sleep 4000.<random>`."""
+    return f"sleep 4000.{secrets.randbelow(10**6):06d}"
+
+
+def test_status_and_output_pass_through() -> None:
+    proc = guard(30, "echo out; echo err >&2; exit 7")
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out, err) == (7, b"out\n", b"err\n")
+
+
+def test_background_processes_die_with_the_command() -> None:
+    sleep = marker_sleep()
+    proc = guard(30, f"{sleep} & echo started")
+    assert proc.communicate(timeout=30)[0] == b"started\n" and proc.returncode == 0
+    assert none_left(sleep)
+
+
+def test_the_limit_stops_the_whole_group_with_124() -> None:
+    sleep = marker_sleep()
+    proc = guard(1, f"{sleep} & {sleep}")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 124 and b"did not finish within 1 s" in err
+    assert none_left(sleep)
+
+
+def test_a_closed_reader_stops_the_whole_group() -> None:
+    sleep = marker_sleep()
+    proc = guard(600, f"{sleep} & {sleep}")
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 10
+    while len(processes(sleep)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.stdout.close()  # what sshd does when the channel closes
+    assert proc.wait(timeout=30) == 129
+    assert none_left(sleep)
+
+
+def test_a_terminated_guard_takes_its_group_along() -> None:
+    sleep = marker_sleep()
+    proc = guard(600, f"{sleep}")
+    deadline = time.monotonic() + 10
+    while not processes(sleep) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.terminate()
+    assert proc.wait(timeout=30) == 128 + 15
+    assert none_left(sleep)
