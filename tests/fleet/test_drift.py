@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -121,9 +121,12 @@ def test_the_daemon_launches_a_discovery_on_drift_and_skips_without(
             skipped = wait_for(lambda: skipped_after(instance, 0.0))
             assert skipped[0].skip_reason.startswith("no drift on node-1, node-2, node-3")
             assert not drift_runs(instance)
-            with replaced_file(fleet.model_path("h1", MODEL) / TOUCHED, WEIGHTS[TOUCHED][::-1]):
+            with ExitStack() as stack:  # a new checkpoint version on every replica, so discovery can succeed
+                for name in ("h1", "h2", "h3"):
+                    stack.enter_context(replaced_file(fleet.model_path(name, MODEL) / TOUCHED, WEIGHTS[TOUCHED][::-1]))
                 [run] = wait_for(lambda: drift_runs(instance))
-                assert run.tags["narwhal.drift/node-1"] == "checkpoint" and run.job_name == "discovery_job"
+                assert run.job_name == "discovery_job"
+                assert {run.tags[f"narwhal.drift/node-{n}"] for n in (1, 2, 3)} == {"checkpoint"}
                 done = wait_for(lambda: finished(instance, run.run_id))
                 assert done.dagster_run.status == dg.DagsterRunStatus.SUCCESS, daemon_log(tmp_path)
                 # The new discovery saw the changed file: the next tick finds no drift again.
