@@ -124,6 +124,7 @@ def check_drift(settings: Settings, inventory: Inventory, run: DiscoveryRun, con
             digests = {e: d for e, d in run.checkpoints.items() if d.host_id == host_id}
             changes = compare_host(run.observations[host_id], digests, outcome)
             report.files_checked += sum(len(m.files) for m in outcome.models.values())
+            report.bytes_read += sum(m.bytes_read for m in outcome.models.values())
             if changes:
                 report.drift[host_id] = changes
             else:
@@ -167,6 +168,7 @@ def _models(raw: Any, problems: list[str]) -> dict[str, ModelStat]:
             models[str(engine)] = ModelStat(
                 model_dir=str(entry["model_dir"]),
                 config_sha256=entry.get("config_sha256"),
+                bytes_read=int(entry.get("bytes_read") or 0),
                 files=files,
                 problems=[str(p) for p in entry.get("problems") or []],
             )

@@ -9,7 +9,6 @@ Both are stopped by default: they open SSH connections to the fleet, so an opera
 Automation page, or `dagster sensor start`).
 """
 
-
 import json
 import os
 from pathlib import Path

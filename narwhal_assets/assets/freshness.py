@@ -4,7 +4,6 @@ The check runs with every discovery (then it passes); between discoveries only t
 `discovery_freshness_sensor` reports a fresh evaluation every few minutes without launching a run.
 """
 
-
 import time
 
 import dagster as dg

@@ -41,6 +41,7 @@ class ModelStat(Record):
 
     model_dir: str
     config_sha256: str | None = None
+    bytes_read: int = 0
     files: dict[str, FileStat] = Field(default_factory=dict)
     problems: list[str] = Field(default_factory=list)
 
@@ -74,6 +75,7 @@ class DriftReport:
     unreachable: dict[str, str] = field(default_factory=dict)
     unchanged: list[str] = field(default_factory=list)
     files_checked: int = 0
+    bytes_read: int = 0
 
     def tags(self) -> dict[str, str]:
         """`narwhal.drift/<host-id>`: the drifted kinds, comma-separated."""
@@ -93,8 +95,8 @@ class DriftReport:
     def checked(self) -> str:
         """What was compared, for a skip message the operator can trust."""
         hosts = ", ".join(sorted(self.unchanged)) or "no host"
-        return (f"no drift on {hosts} against {self.run_dir}: checked {', '.join(CHECKED)} "
-                f"({self.files_checked} checkpoint files, 0 bytes hashed)")  # fmt: skip
+        counts = f"{self.files_checked} checkpoint files statted, {self.bytes_read} bytes of config.json read"
+        return f"no drift on {hosts} against {self.run_dir}: checked {', '.join(CHECKED)} ({counts})"
 
 
 def fabric_addresses(interfaces: Iterable[NetInterface], names: Iterable[str]) -> dict[str, list[str]]:

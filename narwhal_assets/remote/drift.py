@@ -79,26 +79,27 @@ def stat_tree(root: str) -> dict[str, Any]:
     return {"files": files, "problems": problems}
 
 
-def config_sha256(root: str) -> tuple[str | None, str | None]:
-    """SHA-256 of the model's config.json (bounded), or a problem."""
+def config_sha256(root: str) -> tuple[str | None, int, str | None]:
+    """SHA-256 and length of the model's config.json (bounded), or a problem: the only file whose bytes are read."""
     path = os.path.join(root, CONFIG_FILE)
     try:
         with open(path, "rb") as handle:
             raw = handle.read(CONFIG_LIMIT + 1)
     except OSError as exc:
-        return None, f"{path}: cannot read ({exc.strerror})"
+        return None, 0, f"{path}: cannot read ({exc.strerror})"
     if len(raw) > CONFIG_LIMIT:
-        return None, f"{path}: larger than {CONFIG_LIMIT} bytes"
-    return hashlib.sha256(raw).hexdigest(), None
+        return None, len(raw), f"{path}: larger than {CONFIG_LIMIT} bytes"
+    return hashlib.sha256(raw).hexdigest(), len(raw), None
 
 
 def model(root: str) -> dict[str, Any]:
     if not os.path.isdir(root):
-        return {"model_dir": root, "config_sha256": None, "files": {}, "problems": [f"{root}: not a directory"]}
+        return {"model_dir": root, "files": {}, "problems": [f"{root}: not a directory"]}
     tree = stat_tree(root)
-    digest, problem = config_sha256(root)
+    digest, size, problem = config_sha256(root)
     problems = tree["problems"] + ([problem] if problem else [])
-    return {"model_dir": root, "config_sha256": digest, "files": tree["files"], "problems": problems}
+    return {"model_dir": root, "config_sha256": digest, "bytes_read": size, "files": tree["files"],
+            "problems": problems}  # fmt: skip
 
 
 def build_document(params: dict[str, Any]) -> dict[str, Any]:

@@ -126,9 +126,7 @@ def test_a_removed_host_loses_its_partition(instance: dg.DagsterInstance, root: 
     assert len(data.run_requests) == 1
 
 
-def test_a_broken_env_is_skipped_naming_file_and_line_never_the_value(
-    instance: dg.DagsterInstance, root: Path
-) -> None:
+def test_a_broken_env_is_skipped_naming_file_and_line_never_the_value(instance: dg.DagsterInstance, root: Path) -> None:
     first = tick(instance, root, None)
     (root / ".env").write_text(ENV + f"NARWHAL_NODE_2_SSH_PASSWORD=$(echo {SECRET})\n")
     data = tick(instance, root, first.cursor)

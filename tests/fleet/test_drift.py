@@ -73,7 +73,8 @@ def test_no_drift_skips_saying_what_was_checked(
     message = data.skip_message
     assert message.startswith(f"no drift on node-1, node-2, node-3 against {run.name}: checked host key")
     files = len(WEIGHTS) + 2  # config.json and the tokenizer.json link
-    assert f"({3 * files} checkpoint files, 0 bytes hashed)" in message
+    config = len((fleet.model_path("h1", MODEL) / "config.json").read_bytes())
+    assert f"({3 * files} checkpoint files statted, {3 * config} bytes of config.json read)" in message
     [observation] = data.asset_events
     assert observation.metadata["unchanged"].value == ["node-1", "node-2", "node-3"]
     assert PASSWORD not in message
