@@ -16,6 +16,7 @@ import os
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 SCHEMA = "narwhal.drift-probe"
@@ -103,17 +104,21 @@ def model(root: str) -> dict[str, Any]:
 
 
 def build_document(params: dict[str, Any]) -> dict[str, Any]:
-    """Commands by name, and each engine's model directory (a directory shared by engines is read once)."""
+    """Commands by name, and each engine's model directory (a directory shared by engines is read once).
+
+    Commands and directory walks run at once: the probe's wall time is the slowest of them, not their sum.
+    """
     document: dict[str, Any] = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tools": {}, "models": {}}
     document["errors"] = []
     try:
-        for name, argv in sorted(params["commands"].items()):
-            document["tools"][name] = run([str(arg) for arg in argv])
-        seen: dict[str, dict[str, Any]] = {}
-        for engine, root in sorted(params["models"].items()):
-            real = os.path.realpath(root)
-            seen[real] = seen.get(real) or model(root)
-            document["models"][engine] = dict(seen[real], model_dir=root)
+        dirs = {os.path.realpath(root): root for root in sorted(params["models"].values())}
+        with ThreadPoolExecutor(max_workers=len(params["commands"]) + len(dirs) or 1) as pool:
+            tools = {name: pool.submit(run, [str(a) for a in argv]) for name, argv in params["commands"].items()}
+            walks = {real: pool.submit(model, root) for real, root in dirs.items()}
+            document["tools"] = {name: future.result() for name, future in sorted(tools.items())}
+            for engine, root in sorted(params["models"].items()):
+                walked = walks[os.path.realpath(root)].result()
+                document["models"][engine] = dict(walked, model_dir=root)
     except Exception as exc:
         document["errors"].append(f"internal error: {type(exc).__name__}: {exc}")
     return document
