@@ -37,7 +37,7 @@ from narwhal_assets.ssh.transport import Connector, HostConnection
 from narwhal_assets.ssh.trust import HostKeyError
 
 DRIFT_COMMAND = "python3 -I -S -"  # isolated, no site import: nothing of the account's environment, faster start
-DRIFT_TIMEOUT_S = 120.0
+DRIFT_TIMEOUT_S = 45.0  # under Dagster's 60 s sensor evaluation limit (DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS)
 OUTPUT_LIMIT = 64 << 20
 SCHEMA = "narwhal.drift-probe"
 
