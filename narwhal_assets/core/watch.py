@@ -51,7 +51,9 @@ def rediscovery_reasons(previous: Mapping[str, str] | None, current: Mapping[str
     """
     if previous is None:
         return [] if discovered else [NO_DISCOVERY]
-    changed = sorted(label for label, state in current.items() if previous.get(label) != state and state != PUBLISHED)
+    # An input no longer watched (say NARWHAL_SSH_CONFIG now names no file) reads as absent.
+    now = {label: current.get(label, ABSENT) for label in set(previous) | set(current)}
+    changed = sorted(label for label, state in now.items() if state != previous.get(label) and state != PUBLISHED)
     return [f"{label} changed" for label in changed]
 
 

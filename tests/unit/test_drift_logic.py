@@ -96,6 +96,7 @@ def test_watch_reasons_host_diff_and_durations() -> None:
     assert rediscovery_reasons(None, states, discovered=False) == ["no discovery has completed yet"]
     assert rediscovery_reasons({**states, ".env": "e0"}, states, discovered=True) == [".env changed"]
     assert rediscovery_reasons({**states, "config/deployment.env": "d0"}, states, discovered=True) == []
+    assert rediscovery_reasons({**states, "ssh_config": "s1"}, states, discovered=True) == ["ssh_config changed"]
     diff = host_diff(["node-1", "node-9"], ["node-1", "node-3", "node-2"])
     assert (diff.added, diff.removed) == (["node-3", "node-2"], ["node-9"])
     assert [parse_duration("V", t) for t in ("90", "90s", "15m", "1h", "7d")] == [90, 90, 900, 3600, 604800]
