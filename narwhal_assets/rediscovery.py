@@ -92,6 +92,7 @@ def parse_drift_output(
     return DriftSnapshot(
         host_id=host_id,
         host_key_fingerprint=fingerprint,
+        machine_id=doc["machine_id"] if isinstance(doc.get("machine_id"), str) else None,
         image_id=image_id,
         gpus=gpus,
         fabric=fabric_addresses(interfaces, fabric),

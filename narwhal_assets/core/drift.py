@@ -1,7 +1,7 @@
 """Drift: what a cheap re-probe of a host saw, compared with the latest discovery's observations. Pure.
 
 The drift probe reads only what identifies a host and what the generated config set depends on: the host
-key, the engine image id, each model's `config.json` SHA-256, every checkpoint file's size, mtime and
+key and machine id, the engine image id, each model's `config.json` SHA-256, every checkpoint file's size, mtime and
 inode (never its bytes), the GPU inventory and the fabric interfaces' addresses.
 """
 
@@ -18,6 +18,7 @@ from narwhal_assets.core.observations import CheckpointDigest, Gpu, HostObservat
 from narwhal_assets.core.records import Record
 
 HOST_KEY = "host-key"
+MACHINE_ID = "machine-id"
 INVENTORY = "inventory"
 IMAGE = "image"
 GPUS = "gpus"
@@ -25,8 +26,8 @@ FABRIC = "fabric"
 MODEL_CONFIG = "model-config"
 CHECKPOINT = "checkpoint"
 PROBE = "probe"
-CHECKED = ("host key", "engine image id", "model config.json SHA-256", "checkpoint files' size/mtime/inode",
-           "GPU inventory", "fabric addresses")  # fmt: skip
+CHECKED = ("host key", "machine id", "engine image id", "model config.json SHA-256",
+           "checkpoint files' size/mtime/inode", "GPU inventory", "fabric addresses")  # fmt: skip
 NAMED_PATHS = 3
 
 
@@ -51,6 +52,7 @@ class DriftSnapshot(Record):
 
     host_id: str
     host_key_fingerprint: str
+    machine_id: str | None = None
     image_id: str | None = None
     gpus: list[Gpu] = Field(default_factory=list)
     fabric: dict[str, list[str]] = Field(default_factory=dict)
@@ -115,6 +117,9 @@ def compare_host(
     changes = [Change(PROBE, printable(problem)) for problem in snapshot.problems]
     if snapshot.host_key_fingerprint != observation.host_key_fingerprint:
         changes.append(Change(HOST_KEY, f"{observation.host_key_fingerprint} -> {snapshot.host_key_fingerprint}"))
+    if snapshot.machine_id != observation.machine_id:
+        seen = printable(snapshot.machine_id) if snapshot.machine_id else "unreadable"
+        changes.append(Change(MACHINE_ID, f"{observation.machine_id} -> {seen} (another machine at this address?)"))
     observed_image = observation.image.id if observation.image else None
     if snapshot.image_id != observed_image:
         changes.append(Change(IMAGE, f"{observed_image} -> {snapshot.image_id}"))

@@ -1,11 +1,11 @@
-"""Drift probe: runs on a fleet host as `python3 -` (source on stdin) and prints one JSON document.
+"""Drift probe: runs on a fleet host as `python3 -I -S -` (source on stdin) and prints one JSON document.
 
 Standard library only, Python 3.8+, ASCII source. It is the cheap half of discovery: it runs the commands
-the workstation names (argv lists, no shell), stats every file of each model directory (size, mtime,
-inode; symlinks to files followed as `find -L` does) and hashes only each model's `config.json`. No
-checkpoint byte is read. The workstation appends `main('<json params>')` and compares the result with the
-latest discovery (`narwhal_assets.core.drift`). It never dies with a traceback: failures become entries of
-`problems` (per model) or `errors`.
+the workstation names (argv lists, no shell), reads the machine id, stats every file of each model
+directory (size, mtime, inode; symlinks to files followed as `find -L` does) and hashes only each model's
+`config.json`. No other checkpoint byte is read. The workstation appends `main('<json params>')` and
+compares the result with the latest discovery (`narwhal_assets.core.drift`). It never dies with a
+traceback: failures become entries of `problems` (per model) or `errors`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ CONFIG_FILE = "config.json"
 CONFIG_LIMIT = 4 << 20
 FILE_LIMIT = 1_000_000
 COMMAND_TIMEOUT_S = 30.0
+MACHINE_ID = "/etc/machine-id"
 
 
 def run(argv: list[str]) -> dict[str, Any]:
@@ -103,6 +104,14 @@ def model(root: str) -> dict[str, Any]:
             "problems": problems}  # fmt: skip
 
 
+def machine_id() -> str | None:
+    try:
+        with open(MACHINE_ID, encoding="ascii", errors="replace") as handle:
+            return handle.read(256).strip()
+    except OSError:
+        return None
+
+
 def build_document(params: dict[str, Any]) -> dict[str, Any]:
     """Commands by name, and each engine's model directory (a directory shared by engines is read once).
 
@@ -110,6 +119,7 @@ def build_document(params: dict[str, Any]) -> dict[str, Any]:
     """
     document: dict[str, Any] = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tools": {}, "models": {}}
     document["errors"] = []
+    document["machine_id"] = machine_id()
     try:
         dirs = {os.path.realpath(root): root for root in sorted(params["models"].values())}
         with ThreadPoolExecutor(max_workers=len(params["commands"]) + len(dirs) or 1) as pool:

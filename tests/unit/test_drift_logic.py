@@ -50,7 +50,7 @@ def digest() -> CheckpointDigest:
 
 def snapshot(**changes: object) -> DriftSnapshot:
     files = {"a": FileStat(size=1, mtime_ns=5, inode=0), "b": FileStat(size=1, mtime_ns=5, inode=1)}
-    base = {"host_id": "node-1", "host_key_fingerprint": FP, "image_id": IMAGE, "gpus": [GPU],
+    base = {"host_id": "node-1", "host_key_fingerprint": FP, "machine_id": "0" * 32, "image_id": IMAGE, "gpus": [GPU],
             "fabric": {"fab0": ["198.18.1.2"]},
             "models": {"engine-1": ModelStat(model_dir="/m", config_sha256=CONFIG, files=files)}}  # fmt: skip
     return DriftSnapshot.model_validate({**base, **changes})
@@ -67,6 +67,8 @@ def test_an_identical_snapshot_is_no_drift() -> None:
 def test_each_watched_fact_is_drift_when_it_changes() -> None:
     assert kinds(snapshot(host_key_fingerprint="SHA256:new")) == [("host-key", "SHA256:old -> SHA256:new")]
     assert kinds(snapshot(image_id=None)) == [("image", f"{IMAGE} -> None")]
+    assert kinds(snapshot(machine_id=None)) == [("machine-id", f"{'0' * 32} -> unreadable (another machine at "
+                                                                "this address?)")]  # fmt: skip
     assert kinds(snapshot(gpus=[])) == [("gpus", "1 GPUs -> 0 GPUs")]
     moved = snapshot(gpus=[GPU.model_copy(update={"uuid": "GPU-2"})])
     assert kinds(moved) == [("gpus", "GPU 0 changed (uuid, name, memory or PCI bus id)")]
