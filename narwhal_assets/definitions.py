@@ -8,8 +8,11 @@ import dagster as dg
 
 from narwhal_assets.assets.checks import checkpoint_replicas_agree, generated_files_private, known_hosts_cover_inventory
 from narwhal_assets.assets.discovery import discovered_config, host_discovery
+from narwhal_assets.assets.freshness import discovered_set_fresh, discovery_freshness_sensor
 from narwhal_assets.assets.inventory import host_inventory
 from narwhal_assets.resources import ManagementCheckout, SshSettings
+from narwhal_assets.schedules import weekly_full_rehash
+from narwhal_assets.sensors import inventory_sensor, rediscovery_sensor
 
 # Every process that loads this code location (dagster CLI, code server, run workers) creates Dagster's
 # storage and compute logs private, like every file the project writes.
@@ -21,7 +24,10 @@ ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     known_hosts_cover_inventory,
     checkpoint_replicas_agree,
     generated_files_private,
+    discovered_set_fresh,
 ]
+SENSORS = [inventory_sensor, rediscovery_sensor, discovery_freshness_sensor]
+SCHEDULES = [weekly_full_rehash]
 
 # The main job: what `deploy-hosts discover` runs, runnable (and schedulable) from the UI too. Selecting the
 # assets themselves (not `AssetSelection.groups`) avoids that API's beta `include_sources` warning path.
@@ -39,6 +45,8 @@ def make_definitions(root: str = "") -> dg.Definitions:
         assets=ALL_ASSETS,
         asset_checks=ALL_CHECKS,
         jobs=JOBS,
+        sensors=SENSORS,
+        schedules=SCHEDULES,
         resources={"checkout": ManagementCheckout(root=root), "ssh": SshSettings()},
     )
 

@@ -21,6 +21,11 @@ def upstream_metadata(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKe
         materialization = record.event_log_entry.asset_materialization
         if materialization is not None and materialization.asset_key == key:
             return materialization.metadata
+    return latest_metadata(instance, key)
+
+
+def latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> Mapping[str, dg.MetadataValue]:
+    """Metadata of `key`'s latest materialization (for sensors and runs that did not materialize it)."""
     event = instance.get_latest_materialization_event(key)
     if event is None or event.asset_materialization is None:
         raise NarwhalError(f"{key.to_user_string()} has never been materialized; run `deploy-hosts discover`")
@@ -28,8 +33,16 @@ def upstream_metadata(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKe
 
 
 def upstream_path(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey, name: str) -> Path:
-    """A path recorded in the upstream materialization's metadata under `name`."""
-    metadata = upstream_metadata(instance, run_id, key)
+    """A path recorded under `name` in the upstream materialization of this run (else the latest one)."""
+    return _path(upstream_metadata(instance, run_id, key), key, name)
+
+
+def latest_path(instance: dg.DagsterInstance, key: dg.AssetKey, name: str) -> Path:
+    """A path recorded under `name` in `key`'s latest materialization."""
+    return _path(latest_metadata(instance, key), key, name)
+
+
+def _path(metadata: Mapping[str, dg.MetadataValue], key: dg.AssetKey, name: str) -> Path:
     if name not in metadata:
         raise NarwhalError(f"{key.to_user_string()}: its materialization records no {name}; run discovery again")
     return Path(str(metadata[name].value))

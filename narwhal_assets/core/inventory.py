@@ -260,9 +260,3 @@ def _field(loc: tuple[int | str, ...]) -> str:
     if not loc:
         return "(top level)"
     return "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc))
-
-
-def partition_changes(current: list[str], host_ids: list[str]) -> tuple[list[str], list[str]]:
-    """What makes the per-host partitions equal the inventory: (ids to add in inventory order, ids to remove)."""
-    have, want = set(current), set(host_ids)
-    return [h for h in host_ids if h not in have], sorted(have - want)
