@@ -1,0 +1,210 @@
+"""`deploy-hosts prepare` after a real discovery of simulated hosts (issue: prepare), every file checked.
+
+The checkout is a real git repository; the fleet and helpers are the discovery tests' (h1: router +
+engine-1, h2: engine-2 with PASSWORD auth, h3: engine-3), so destinations and the password are sentinels
+whose leak anywhere is detectable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from test_discovery import (  # the discovery tests' fleet, checkout and helpers
+    DESTINATIONS,
+    ENGINE_HOSTS,
+    HOST_IDS,
+    PASSWORD,
+    ROLES,
+    assert_nowhere,
+    cli,
+    discover,
+    fleet,
+    make_checkout,
+    read_json,
+    snapshot,
+    source_env,
+    ssh_config,
+)
+
+from narwhal_assets.fleetsim import SimFleet
+
+__all__ = ["fleet", "ssh_config"]  # module-scoped fixtures shared with the discovery tests
+
+TOOLS = ("launch_engine.py", "fabric_budget.py", "cache_capture_hook.py")
+TOOL_VARS = {"launch_engine.py": "NARWHAL_ENGINE_LAUNCHER", "fabric_budget.py": "NARWHAL_FABRIC_BUDGET_TOOL",
+             "cache_capture_hook.py": "NARWHAL_CACHE_CAPTURE_HOOK"}  # fmt: skip
+TRACKED = {".gitignore": "/.env\n/config/*.json\n/config/*.env\n/config/ssh.known_hosts*\n/runs/\n",
+           ".env.example": "NARWHAL_NODE_1_SSH=ops@gpu-a.example\n", "README.md": "# checkout under test\n",
+           "app/main.py": "print('served')\n"}  # fmt: skip
+ENGINE_FIELDS = ("ENGINE_IMAGE", "ENGINE_MODEL_NAME", "MODEL_DIR", "RUN_DIR", "MODEL_CONFIG_SHA256", "FABRIC_INTERFACE",
+                 "ENGINE_PORT", "ATTEST_PORT", "NIXL_SIDE_CHANNEL_PORT", "UCX_TCP_PORT_RANGE")  # fmt: skip
+API_KEY = "engine-key 'with' $(quotes) `and` \"more\"\nsecond line ü"
+
+
+def git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}  # fmt: skip
+    return subprocess.run(["git", "-C", str(root), *args], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
+def git_checkout(root: Path) -> str:
+    """Make `root` a git repository with one commit of TRACKED; returns the commit id."""
+    git(root, "init", "-q", "-b", "main")
+    for name, text in TRACKED.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    git(root, "add", *TRACKED)
+    git(root, "commit", "-q", "-m", "checkout")
+    return git(root, "rev-parse", "HEAD")
+
+
+def set_env(root: Path, **values: str) -> None:
+    with (root / ".env").open("a") as env:
+        env.writelines(f"{name}='{value}'\n" for name, value in values.items())
+
+
+@pytest.fixture
+def discovered(tmp_path: Path, fleet: SimFleet, ssh_config: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A discovered checkout whose .env names the commit to deploy (a prepare-only setting, set afterwards)."""
+    root = make_checkout(tmp_path / "checkout", fleet, ssh_config, NARWHAL_ENGINE_API_KEY="placeholder")
+    revision = git_checkout(root)
+    discover(root, capsys)
+    (root / "untracked.txt").write_text("workstation only\n")
+    (root / "runs" / "ignored.txt").write_text("ignored\n")
+    set_env(root, NARWHAL_DEPLOYMENT_REVISION=revision)
+    return root
+
+
+def role_view(path: Path) -> dict[str, str]:
+    """Every NARWHAL_* variable `env -i bash` holds after sourcing a role file (values may span lines)."""
+    script = '. "$1" && for v in ${!NARWHAL_@}; do printf "%s\\0%s\\0" "$v" "${!v}"; done'
+    done = subprocess.run(["env", "-i", "bash", "-c", script, "bash", str(path)], capture_output=True, check=True)
+    fields = done.stdout.decode("utf-8").split("\0")[:-1]
+    return dict(zip(fields[::2], fields[1::2], strict=True))
+
+
+def test_prepare_writes_the_layout_from_the_fleets_truth(
+    discovered: Path, fleet: SimFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, out = discovered, tmp_path / "deploy-1"
+    revision = git(root, "rev-parse", "HEAD")
+    # The engine credential's value changes after discovery: a prepare-only value, no new discovery needed.
+    set_env(root, NARWHAL_ENGINE_API_KEY="")
+    with (root / ".env").open("a") as env:
+        env.write("NARWHAL_ENGINE_API_KEY=" + "'" + API_KEY.replace("'", "'\\''") + "'\n")
+    rc, stdout, stderr = cli(root, "prepare", "--out", str(out), capsys=capsys)
+    assert rc == 0, stderr
+    assert f"output directory {out}" in stdout and revision in stdout
+
+    files = snapshot(out)
+    expected = {"manifest.json", "source.bundle", "sources.json",
+                "node-1/.env.router", "node-1/fleet.local.json", "node-1/profiling-limits.json"}  # fmt: skip
+    for n, name in ENGINE_HOSTS.items():
+        host_id = HOST_IDS[name]
+        expected |= {f"{host_id}/.env.engine-{n}", f"{host_id}/engine-launch.engine-{n}.json"}
+        expected |= {f"{host_id}/{tool}" for tool in TOOLS}
+    assert set(files) == expected
+
+    config = root / "config"
+    deployment_env = source_env(config / "deployment.env")
+    router = role_view(out / "node-1" / ".env.router")
+    assert router == {
+        "NARWHAL_DEPLOYMENT_REVISION": revision, "NARWHAL_FLEET": "runs/deployment/fleet.json",
+        "NARWHAL_ENGINE_API_KEY": API_KEY,
+        **{k: v for k, v in deployment_env.items() if re.fullmatch(r"NARWHAL_NODE_\d_(ATTESTATION_)?URL", k)},
+    }  # fmt: skip
+    launch = read_json(config / "engine-launch.local.json")["engines"]
+    for n, name in ENGINE_HOSTS.items():
+        host_id, host = HOST_IDS[name], fleet.host(name)
+        env = role_view(out / host_id / f".env.engine-{n}")
+        shared = {f"NARWHAL_{f}": env[f"NARWHAL_{f}"] for f in ENGINE_FIELDS}
+        assert shared == {
+            "NARWHAL_ENGINE_IMAGE": host.image_id, "NARWHAL_ENGINE_MODEL_NAME": "demo-model",
+            "NARWHAL_MODEL_DIR": "/srv/models/demo-model", "NARWHAL_RUN_DIR": "/var/tmp/narwhal-run",
+            "NARWHAL_MODEL_CONFIG_SHA256": deployment_env[f"NARWHAL_NODE_{n}_MODEL_CONFIG_SHA256"],
+            "NARWHAL_FABRIC_INTERFACE": "fab0", "NARWHAL_ENGINE_PORT": "8000", "NARWHAL_ATTEST_PORT": "8001",
+            "NARWHAL_NIXL_SIDE_CHANNEL_PORT": "5600", "NARWHAL_UCX_TCP_PORT_RANGE": "50000-50999",
+        }  # fmt: skip
+        peers = {f"NARWHAL_NODE_{m}_IP": fleet.host(other).fabric_address for m, other in ENGINE_HOSTS.items()}
+        tools = {}
+        for tool, variable in TOOL_VARS.items():
+            data = resources.files("narwhal_assets.tools").joinpath(tool).read_bytes()
+            assert files[f"{host_id}/{tool}"] == data
+            tools |= {variable: f"runs/deployment-tools/{tool}", f"{variable}_SHA256": hashlib.sha256(data).hexdigest()}
+        assert env == {
+            **shared, **peers, **tools, "NARWHAL_DEPLOYMENT_REVISION": revision,
+            f"NARWHAL_NODE_{n}_URL": f"http://{host.fabric_address}:8000",
+            f"NARWHAL_NODE_{n}_ATTESTATION_URL": f"http://{host.fabric_address}:8001/v1/attestation",
+            "NARWHAL_ENGINE_API_KEY": API_KEY,
+            "NARWHAL_ENGINE_LAUNCH_CONFIG": f"config/engine-launch.engine-{n}.json",
+        }  # fmt: skip
+        record = read_json(out / host_id / f"engine-launch.engine-{n}.json")
+        assert record["engine"] == f"engine-{n}" and record["iid"] == f"n{n}"
+        assert record["role"] == ("prefill" if n == 1 else "decode")
+        assert {k: v for k, v in record.items() if k in launch[f"engine-{n}"]} == launch[f"engine-{n}"]
+        assert record["environment"] == launch[f"engine-{n}"]["runtime"]["environment"]
+    assert files["node-1/fleet.local.json"] == (config / "fleet.json").read_bytes()
+    assert files["node-1/profiling-limits.json"] == (config / "profiling-limits.json").read_bytes()
+
+    # sources.json: every variable of every role file, with its layer
+    sources = read_json(out / "sources.json")["roles"]
+    assert set(sources) == {"router", "engine-1", "engine-2", "engine-3"}
+    assert set(sources["engine-2"]["variables"]) == set(role_view(out / "node-2" / ".env.engine-2"))
+    engine2 = sources["engine-2"]["variables"]
+    assert engine2["NARWHAL_ENGINE_IMAGE"]["layer"] == "config/deployment.env"
+    assert engine2["NARWHAL_ENGINE_IMAGE"]["variable"] == "NARWHAL_NODE_2_ENGINE_IMAGE"
+    assert engine2["NARWHAL_ENGINE_IMAGE"]["observation"].endswith("/node-2.json")
+    assert engine2["NARWHAL_MODEL_DIR"]["layer"] == ".env"
+    assert engine2["NARWHAL_ENGINE_PORT"]["layer"] == "default"
+    assert engine2["NARWHAL_ENGINE_LAUNCHER_SHA256"]["layer"] == "prepare"
+
+    # manifest: pins every file, the hosts by variable name, destination digests and trusted keys
+    manifest = read_json(out / "manifest.json")
+    assert manifest["schema"] == "narwhal.deployment-manifest" and manifest["revision"] == revision
+    assert re.fullmatch(r"[0-9a-f]{32}", manifest["deployment_id"])
+    assert manifest["remote_dir"] == f"Narwhal-deploy/{manifest['deployment_id']}"
+    assert manifest["bundle"] == {"path": "source.bundle", "sha256": hashlib.sha256(files["source.bundle"]).hexdigest(),
+                                  "size": len(files["source.bundle"]), "keep_if_present": False}  # fmt: skip
+    pinned = {"sources.json": manifest["sources"]}
+    for host in manifest["hosts"]:
+        name = next(n for n, h in HOST_IDS.items() if h == host["id"])
+        assert host["roles"] == [r for r, h in ROLES.items() if h == name]
+        assert host["ssh_env"] == f"NARWHAL_NODE_{name[1]}_SSH"
+        assert host.get("password_env") == ("NARWHAL_NODE_2_SSH_PASSWORD" if name == "h2" else None)
+        assert host["destination_sha256"] == hashlib.sha256(DESTINATIONS[name].encode()).hexdigest()
+        assert host["host_key_fingerprints"]
+        assert set(host["host_key_fingerprints"]) <= set(fleet.host(name).host_key_fingerprints().values())
+        pinned |= {f["path"]: f for f in host["files"]}
+    assert set(pinned) == set(files) - {"manifest.json", "source.bundle"}
+    for path, entry in pinned.items():
+        assert entry["sha256"] == hashlib.sha256(files[path]).hexdigest() and entry["size"] == len(files[path])
+    install_to = {path: (e.get("install_to"), e["keep_if_present"]) for path, e in pinned.items()}
+    assert install_to["node-1/fleet.local.json"] == ("runs/deployment/fleet.json", True)
+    assert install_to["node-1/profiling-limits.json"] == ("runs/deployment/profiling-limits.json", False)
+    assert install_to["node-2/.env.engine-2"] == ("runs/deployment/.env.engine-2", False)
+    assert install_to["node-2/engine-launch.engine-2.json"] == ("config/engine-launch.engine-2.json", False)
+    assert install_to["node-3/fabric_budget.py"] == ("runs/deployment-tools/fabric_budget.py", False)
+    assert install_to["sources.json"] == (None, False)
+
+    # the bundle: exactly the committed tree, at the revision
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "-b", "deployment", str(out / "source.bundle"), str(clone)], check=True)
+    assert git(clone, "rev-parse", "HEAD") == revision
+    assert set(git(clone, "ls-files").splitlines()) == set(TRACKED)
+    assert git(clone, "status", "--porcelain", "--ignored") == ""
+    assert not (clone / "untracked.txt").exists() and not (clone / ".env").exists()
+
+    # private modes, no leftovers, no secret anywhere (files, Dagster storage, output)
+    for path in [out, *out.rglob("*")]:
+        assert path.stat().st_mode & 0o777 == (0o700 if path.is_dir() else 0o600), path
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert_nowhere([PASSWORD, *DESTINATIONS.values()], [out, root / "runs", Path(os.environ["DAGSTER_HOME"])])
+    assert not any(s in stdout + stderr for s in [PASSWORD, *DESTINATIONS.values(), API_KEY])
+    assert "asset checks: 3 passed" in stdout
