@@ -262,7 +262,6 @@ class _Collector:
             elif name in access:
                 problems.append(f"{self.where}: {pulled_in} is {access[name]}; management access never leaves "
                                 "the workstation (remove the reference)")
-            hits = findings(export.value, needles)
-            if hits:
+            elif hits := findings(export.value, needles):
                 problems.append(f"{self.where}: {pulled_in}: its value contains {', '.join(hits)}")
         return problems

@@ -8,9 +8,12 @@ whose leak anywhere is detectable.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import shutil
 import subprocess
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
@@ -23,7 +26,6 @@ from test_discovery import (  # the discovery tests' fleet, checkout and helpers
     ROLES,
     assert_nowhere,
     cli,
-    discover,
     fleet,
     make_checkout,
     read_json,
@@ -32,6 +34,7 @@ from test_discovery import (  # the discovery tests' fleet, checkout and helpers
     ssh_config,
 )
 
+from narwhal_assets.cli import main
 from narwhal_assets.fleetsim import SimFleet
 
 __all__ = ["fleet", "ssh_config"]  # module-scoped fixtures shared with the discovery tests
@@ -70,16 +73,30 @@ def set_env(root: Path, **values: str) -> None:
         env.writelines(f"{name}='{value}'\n" for name, value in values.items())
 
 
-@pytest.fixture
-def discovered(tmp_path: Path, fleet: SimFleet, ssh_config: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    """A discovered checkout whose .env names the commit to deploy (a prepare-only setting, set afterwards)."""
-    root = make_checkout(tmp_path / "checkout", fleet, ssh_config, NARWHAL_ENGINE_API_KEY="placeholder")
+@pytest.fixture(scope="module")
+def discovered_once(
+    fleet: SimFleet, ssh_config: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """One discovered git checkout for the module (discovery is the slow part); tests work on copies."""
+    root = make_checkout(tmp_path_factory.mktemp("prepare") / "checkout", fleet, ssh_config,
+                         NARWHAL_ENGINE_API_KEY="placeholder")  # fmt: skip
     revision = git_checkout(root)
-    discover(root, capsys)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in [n for n in os.environ if n.startswith("NARWHAL_")]:
+            patch.delenv(name)
+        patch.setenv("DAGSTER_HOME", str(tmp_path_factory.mktemp("dagster")))
+        assert main(["--root", str(root), "discover"]) == 0
     (root / "untracked.txt").write_text("workstation only\n")
     (root / "runs" / "ignored.txt").write_text("ignored\n")
+    # The revision to deploy is a prepare-only setting: set after discovery, it needs no new discovery.
     set_env(root, NARWHAL_DEPLOYMENT_REVISION=revision)
     return root
+
+
+@pytest.fixture
+def discovered(discovered_once: Path, tmp_path: Path) -> Path:
+    """A private copy of the discovered checkout (paths in it are relative to the checkout)."""
+    return Path(shutil.copytree(discovered_once, tmp_path / "checkout", symlinks=True))
 
 
 def role_view(path: Path) -> dict[str, str]:
@@ -208,3 +225,92 @@ def test_prepare_writes_the_layout_from_the_fleets_truth(
     assert_nowhere([PASSWORD, *DESTINATIONS.values()], [out, root / "runs", Path(os.environ["DAGSTER_HOME"])])
     assert not any(s in stdout + stderr for s in [PASSWORD, *DESTINATIONS.values(), API_KEY])
     assert "asset checks: 3 passed" in stdout
+
+
+def edit_json(path: Path, edit: Callable[[dict], None]) -> None:
+    data = read_json(path)
+    edit(data)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def commit_dotenv(root: Path) -> str:
+    """A later commit that adds a file named `.env` (a secret committed by mistake); returns its id."""
+    (root / "app" / ".env").write_text("TOKEN=committed-by-mistake\n")
+    git(root, "add", "-f", "app/.env")
+    git(root, "commit", "-q", "-m", "oops")
+    return git(root, "rev-parse", "HEAD")
+
+
+def blank_node_override(root: Path) -> None:
+    path = root / "config" / "deployment.env"
+    path.write_text(re.sub(r"(?m)^export NARWHAL_NODE_2_ENGINE_IMAGE=.*$", "export NARWHAL_NODE_2_ENGINE_IMAGE=''",
+                           path.read_text()))  # fmt: skip
+
+
+REFUSALS = {
+    "unset": (lambda root: set_env(root, NARWHAL_DEPLOYMENT_REVISION=""),
+              r"NARWHAL_DEPLOYMENT_REVISION is unset; set NARWHAL_DEPLOYMENT_REVISION=\$\(git rev-parse HEAD\)"),
+    "short": (lambda root: set_env(root, NARWHAL_DEPLOYMENT_REVISION=git(root, "rev-parse", "--short", "HEAD")),
+              r"NARWHAL_DEPLOYMENT_REVISION must be a full 40- or 64-hex commit id, not a branch, tag or short id"),
+    "branch": (lambda root: set_env(root, NARWHAL_DEPLOYMENT_REVISION="main"),
+               r"must be a full 40- or 64-hex commit id.*git rev-parse HEAD"),
+    "unknown": (lambda root: set_env(root, NARWHAL_DEPLOYMENT_REVISION="0123456789" * 4),
+                r"NARWHAL_DEPLOYMENT_REVISION: (0123456789){4} is not a commit of the management checkout"),
+    "tree-object": (lambda root: set_env(root, NARWHAL_DEPLOYMENT_REVISION=git(root, "rev-parse", "HEAD^{tree}")),
+                    r"is not a commit of the management checkout"),
+    "dotenv": (lambda root: set_env(root, NARWHAL_DEPLOYMENT_REVISION=commit_dotenv(root)),
+               r"the tree of [0-9a-f]{40} contains private files \(app/\.env\): secrets committed by mistake"),
+    "ssh-reference": (lambda root: edit_json(root / "config" / "fleet.json",
+                                             lambda f: f["engines"][1].update(url="${NARWHAL_NODE_2_SSH}")),
+                      r"role export node-1/\.env\.router: NARWHAL_NODE_2_SSH \(fleet engines\[1\]\.url\) names SSH "
+                      r"access"),
+    "empty-override": (blank_node_override,
+                       r"role export node-2/\.env\.engine-2: engine-2: NARWHAL_NODE_2_ENGINE_IMAGE is set but empty; "
+                       r"NARWHAL_ENGINE_IMAGE is required"),
+    "changed-inputs": (lambda root: set_env(root, NARWHAL_MAX_NUM_SEQS="4"),
+                       r"the inventory, destinations or settings differ from those discovery run .* used; run "
+                       r"`deploy-hosts discover` before preparing"),
+    "no-discovery": (lambda root: [p.unlink() for p in (root / "runs" / "discovery").glob("*/manifest.json")],
+                     r"no discovery has published a config set in .*; run `deploy-hosts discover`"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+@pytest.mark.parametrize("with_out", [True, False], ids=["out", "default-out"])
+def test_bad_input_exits_2_with_one_line_and_leaves_nothing(
+    discovered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, with_out: bool
+) -> None:
+    change, message = REFUSALS[case]
+    change(discovered)
+    out = tmp_path / "deploy"
+    before = snapshot(discovered / "runs")
+    rc, stdout, stderr = cli(discovered, "prepare", *(["--out", str(out)] if with_out else []), capsys=capsys)
+    assert rc == 2, stdout + stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("deploy-hosts prepare: error: "), stderr
+    assert re.search(message, lines[0]), lines[0]
+    assert not out.exists()
+    after = snapshot(discovered / "runs")
+    assert {k: v for k, v in after.items() if not k.startswith("dagster/")} == {
+        k: v for k, v in before.items() if not k.startswith("dagster/")
+    }
+    assert not (discovered / "runs" / "deployment-env").exists()
+    assert_nowhere([PASSWORD, *DESTINATIONS.values()], [Path(os.environ["DAGSTER_HOME"])])
+    assert not any(s in stdout + stderr for s in [PASSWORD, *DESTINATIONS.values()])
+
+
+def test_an_existing_output_directory_is_refused_and_kept(
+    discovered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "used"
+    out.mkdir()
+    (out / "earlier.txt").write_text("an earlier deployment\n")
+    rc, _, stderr = cli(discovered, "prepare", "--out", str(out), capsys=capsys)
+    assert rc == 2
+    assert stderr == (f"deploy-hosts prepare: error: --out {out}: exists and is not an empty directory; use a new "
+                      "output directory for each deployment\n")  # fmt: skip
+    assert snapshot(out) == {"earlier.txt": b"an earlier deployment\n"}
+    (out / "earlier.txt").unlink()
+    rc, _, stderr = cli(discovered, "prepare", "--out", str(out), capsys=capsys)
+    assert rc == 0, stderr
+    assert out.stat().st_mode & 0o777 == 0o700 and (out / "manifest.json").is_file()
