@@ -13,10 +13,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from test_discovery import (  # the discovery tests' fleet, checkout and helpers
     DESTINATIONS,
@@ -34,8 +36,17 @@ from test_discovery import (  # the discovery tests' fleet, checkout and helpers
     ssh_config,
 )
 
+from narwhal_assets.assets.prepare import (
+    OP_NAME,
+    bundle_clones_to_revision,
+    prepared_files_hold_no_access,
+    prepared_files_private,
+)
 from narwhal_assets.cli import main
+from narwhal_assets.definitions import defs
 from narwhal_assets.fleetsim import SimFleet
+from narwhal_assets.resources import NarwhalSettings
+from narwhal_assets.runner import operator_instance
 
 __all__ = ["fleet", "ssh_config"]  # module-scoped fixtures shared with the discovery tests
 
@@ -314,3 +325,74 @@ def test_an_existing_output_directory_is_refused_and_kept(
     rc, _, stderr = cli(discovered, "prepare", "--out", str(out), capsys=capsys)
     assert rc == 0, stderr
     assert out.stat().st_mode & 0o777 == 0o700 and (out / "manifest.json").is_file()
+
+
+def comparable(out: Path) -> tuple[dict[str, bytes], dict]:
+    """Every prepared file but the bundle and manifest, and the manifest without what differs per run."""
+    files = {k: v for k, v in snapshot(out).items() if k not in ("manifest.json", "source.bundle")}
+    manifest = read_json(out / "manifest.json")
+    per_run = ("deployment_id", "remote_dir", "created_at", "bundle")
+    return files, {k: v for k, v in manifest.items() if k not in per_run}
+
+
+def test_dagster_cli_materialize_produces_the_same_files(
+    discovered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, stderr = cli(discovered, "prepare", "--out", str(tmp_path / "by-command"), capsys=capsys)
+    assert rc == 0, stderr
+    elsewhere = tmp_path / "elsewhere"  # no .env here: Dagster would copy one into its environment
+    elsewhere.mkdir()
+    dagster = Path(sys.executable).with_name("dagster")
+    env = {**os.environ, "NARWHAL_ROOT": str(discovered)}
+    done = subprocess.run(
+        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "group:deployment"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    [default_out] = (discovered / "runs" / "deployment-env").iterdir()
+    assert comparable(default_out) == comparable(tmp_path / "by-command")
+    assert default_out.stat().st_mode & 0o777 == 0o700
+    assert not any(s in done.stdout + done.stderr for s in [PASSWORD, *DESTINATIONS.values()])
+
+
+def test_prepare_job_runs_the_three_assets_and_their_checks(
+    discovered: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the UI launches: `prepare_job` with the same run config as the command."""
+    monkeypatch.setenv("NARWHAL_ROOT", str(discovered))
+    out = tmp_path / "from-ui"
+    with operator_instance(discovered) as instance:
+        result = defs.resolve_job_def("prepare_job").execute_in_process(
+            run_config={"ops": {OP_NAME: {"config": {"out": str(out)}}}}, instance=instance
+        )
+        assert result.success and result.dagster_run.job_name == "prepare_job"
+        keys = {m.asset_key.to_user_string() for m in result.asset_materializations_for_node(OP_NAME)}
+        assert keys == {"source_bundle", "role_environments", "deployment_manifest"}
+        evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+        assert evaluations == {"bundle_clones_to_revision": True, "prepared_files_private": True,
+                               "prepared_files_hold_no_access": True}  # fmt: skip
+        metadata = instance.get_latest_materialization_event(dg.AssetKey("role_environments")).asset_materialization
+        assert metadata.metadata["out"].value == str(out)
+        assert metadata.metadata["files_per_host"].value == {"node-1": 8, "node-2": 5, "node-3": 5}
+
+        # the checks can fail, naming the file: a loose mode, a leaked password, a host-key line, a bad bundle
+        (out / "node-2" / ".env.engine-2").chmod(0o644)
+        with (out / "node-3" / ".env.engine-3").open("a") as role_file:
+            role_file.write(f"# {PASSWORD}\n")
+        known_line = (discovered / "config" / "ssh.known_hosts").read_text().splitlines()[0]
+        (out / "node-1" / "fleet.local.json").write_text(known_line + "\n")
+        (out / "source.bundle").write_bytes(b"not a bundle")
+        context = dg.build_asset_check_context(instance=instance)
+        private = prepared_files_private(context)
+        assert not private.passed
+        assert private.description == f"{out / 'node-2' / '.env.engine-2'}: mode 0644, expected 0600"
+        narwhal = NarwhalSettings(root=str(discovered))
+        leaks = prepared_files_hold_no_access(context, narwhal=narwhal)
+        assert not leaks.passed
+        assert leaks.description.splitlines() == [
+            "node-1/fleet.local.json: contains a host key from the trust store",
+            "node-3/.env.engine-3: contains the password in NARWHAL_NODE_2_SSH_PASSWORD",
+        ]
+        bundle = bundle_clones_to_revision(context)
+        assert not bundle.passed and "source.bundle: git clone failed" in bundle.description
+        assert PASSWORD not in leaks.description + private.description + bundle.description
