@@ -218,17 +218,17 @@ class _Collector:
         configured = self.inputs.fleet.engine
         if configured is None:
             return
-        reason = "fleet engine.engine_api_key_env"
-        self.setting(configured.engine_api_key_env, reason, required=True)
-        if also_as and configured.engine_api_key_env in self.exports:
-            source = self.exports[configured.engine_api_key_env].source
-            self.exports.setdefault(also_as, Export(self.exports[configured.engine_api_key_env].value,
-                                                    source.model_copy(update={"reason": f"{reason} (as {also_as})"})))
+        name, reason = configured.engine_api_key_env, "fleet engine.engine_api_key_env"
+        self.setting(name, reason, required=True)
+        if also_as and name in self.exports and not self.refused_name(name):
+            export = self.exports[name]
+            alias = export.source.model_copy(update={"reason": f"{reason} (as {also_as})"})
+            self.exports.setdefault(also_as, Export(export.value, alias))
 
     def setting(self, name: str, reason: str, *, required: bool = False) -> None:
         """Export `name` under its own name from the settings; `required` makes unset or empty an error."""
         value = self.inputs.settings.get(name)
-        if required and not value:
+        if required and not value and not self.refused_name(name):  # a refused name is reported as such
             self.problems.append(f"{self.where}: {name} ({reason}) is unset or empty; set it in .env or run "
                                  "`deploy-hosts discover`")
             return
@@ -249,19 +249,23 @@ class _Collector:
 
     def guard(self) -> list[str]:
         """The credential guard: names that are or look like management access, and values holding any."""
-        access = access_variables(self.inputs.settings, self.inputs.inventory)
         needles = access_needles(self.inputs.settings, self.inputs.inventory)
         problems = []
         for name, export in sorted(self.exports.items()):
             pulled_in = f"{name} ({export.source.reason})"
-            if not EXPORT_NAME_RE.fullmatch(name):
-                problems.append(f"{self.where}: {pulled_in}: variable names must match [A-Z][A-Z0-9_]*")
-            elif "SSH" in name:
-                problems.append(f"{self.where}: {pulled_in} names SSH access; management access never "
-                                "leaves the workstation (remove the reference)")
-            elif name in access:
-                problems.append(f"{self.where}: {pulled_in} is {access[name]}; management access never leaves "
-                                "the workstation (remove the reference)")
+            if refused := self.refused_name(name):
+                problems.append(f"{self.where}: {pulled_in}{refused}")
             elif hits := findings(export.value, needles):
                 problems.append(f"{self.where}: {pulled_in}: its value contains {', '.join(hits)}")
         return problems
+
+    def refused_name(self, name: str) -> str | None:
+        """Why `name` may not be exported (the end of an error line), or None."""
+        access = access_variables(self.inputs.settings, self.inputs.inventory)
+        if not EXPORT_NAME_RE.fullmatch(name):
+            return ": variable names must match [A-Z][A-Z0-9_]*"
+        if "SSH" in name:
+            return " names SSH access; management access never leaves the workstation (remove the reference)"
+        if name in access:
+            return f" is {access[name]}; management access never leaves the workstation (remove the reference)"
+        return None
