@@ -70,8 +70,9 @@ def create_bundle(root: Path, revision: str, out: Path) -> Path:
     with _scratch(out) as scratch:
         repo = scratch / "source.git"
         _checked(["init", "--quiet", "--bare", str(repo)])
-        _checked(["-c", "protocol.version=2", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(root),
-                  f"{revision}:{DEPLOYMENT_REF}"], repo)  # fmt: skip
+        # Protocol v2 (git's default since 2.26) serves a commit by id even when no ref points at it.
+        _checked(["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(root), f"{revision}:{DEPLOYMENT_REF}"],
+                 repo)  # fmt: skip
         bundle = scratch / BUNDLE_FILE
         _checked(["bundle", "create", "--quiet", str(bundle), DEPLOYMENT_REF], repo)
         os.chmod(bundle, FILE_MODE)
