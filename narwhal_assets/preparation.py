@@ -15,6 +15,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from narwhal_assets.core.deployment_files import SOURCES_FILE, PlannedFile, PublishedSet, host_files
@@ -33,11 +34,11 @@ from narwhal_assets.discovery import MANIFEST as DISCOVERY_MANIFEST
 from narwhal_assets.discovery import generated_paths, latest_complete_run
 from narwhal_assets.gitsource import create_bundle, resolve_commit, tree_paths
 from narwhal_assets.inventory_file import current_inventory
-from narwhal_assets.privatefiles import DIR_MODE, ensure_private_dir, sha256_file, write_exclusive
+from narwhal_assets.privatefiles import DIR_MODE, sha256_file, write_exclusive
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.trust import KnownHostsStore
 
-TOOLS_PACKAGE_DIR = Path(__file__).resolve().parent / "tools"
+TOOLS_PACKAGE = "narwhal_assets.tools"
 NEW_DIRECTORY = "use a new output directory for each deployment"
 REDISCOVER = "run `deploy-hosts discover`"
 
@@ -111,8 +112,11 @@ def _discovery_run(settings: Settings, inventory: Inventory) -> Path:
     latest = latest_complete_run(settings)
     if latest is None:
         raise InputError([f"no discovery has published a config set in {settings.discovery_dir}; {REDISCOVER}"])
-    manifest = json.loads((latest.run_dir / DISCOVERY_MANIFEST).read_text(encoding="utf-8"))
-    recorded = manifest.get("inputs_sha256")
+    path = latest.run_dir / DISCOVERY_MANIFEST
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("inputs_sha256")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        raise InputError([f"{path}: not a readable discovery manifest ({type(exc).__name__}); {REDISCOVER}"]) from None
     if recorded != discovery_inputs_digest(settings, inventory):
         raise InputError([f"the inventory, destinations or settings differ from those discovery run {latest.run_dir} "
                           f"used; {REDISCOVER} before preparing"])  # fmt: skip
@@ -136,7 +140,7 @@ def _plan(settings: Settings, inventory: Inventory, revision: str, run: Path) ->
     launch = attempt(problems, load_json_model, settings.launch_config_path, EngineLaunchConfig)
     attempt(problems, load_json_model, settings.profiling_limits_path, ProfilingLimits)  # shipped as bytes
     raise_if(problems)
-    tools = {name: (TOOLS_PACKAGE_DIR / name).read_bytes() for name in TOOLS.values()}
+    tools = {name: resources.files(TOOLS_PACKAGE).joinpath(name).read_bytes() for name in TOOLS.values()}
     observations = {n: str(run / f"{entry.id}.json") for entry in inventory.hosts for n in entry.engine_numbers()}
     environments = build_role_environments(ExportInputs(
         settings=settings, inventory=inventory, fleet=fleet, revision=revision,
@@ -173,11 +177,15 @@ def _pins(settings: Settings, store: KnownHostsStore, entry: HostEntry) -> tuple
 
 
 def _create(target: Path) -> bool:
-    """Create the output directory 0700; True when this call created it (so a failure may remove it)."""
+    """Create the output directory 0700; True when this call created it (so a failure may remove it).
+
+    Missing parents are created 0700; existing ones (an operator's `/tmp`, say) are left as they are.
+    """
     if target.is_dir():
         target.chmod(DIR_MODE)
         return False
-    ensure_private_dir(target.parent)
+    for parent in reversed([p for p in target.parents if not p.exists()]):
+        parent.mkdir(mode=DIR_MODE, exist_ok=True)
     try:
         target.mkdir(mode=DIR_MODE)
     except FileExistsError:

@@ -166,6 +166,8 @@ class _Collector:
         self.host_id = host_id
         self.exports: dict[str, Export] = {}
         self.problems: list[str] = []
+        self.access = access_variables(inputs.settings, inputs.inventory)
+        self.needles = access_needles(inputs.settings, inputs.inventory)
 
     @property
     def where(self) -> str:
@@ -249,23 +251,21 @@ class _Collector:
 
     def guard(self) -> list[str]:
         """The credential guard: names that are or look like management access, and values holding any."""
-        needles = access_needles(self.inputs.settings, self.inputs.inventory)
         problems = []
         for name, export in sorted(self.exports.items()):
             pulled_in = f"{name} ({export.source.reason})"
             if refused := self.refused_name(name):
                 problems.append(f"{self.where}: {pulled_in}{refused}")
-            elif hits := findings(export.value, needles):
+            elif hits := findings(export.value, self.needles):
                 problems.append(f"{self.where}: {pulled_in}: its value contains {', '.join(hits)}")
         return problems
 
     def refused_name(self, name: str) -> str | None:
         """Why `name` may not be exported (the end of an error line), or None."""
-        access = access_variables(self.inputs.settings, self.inputs.inventory)
         if not EXPORT_NAME_RE.fullmatch(name):
             return ": variable names must match [A-Z][A-Z0-9_]*"
         if "SSH" in name:
             return " names SSH access; management access never leaves the workstation (remove the reference)"
-        if name in access:
-            return f" is {access[name]}; management access never leaves the workstation (remove the reference)"
+        if name in self.access:
+            return f" is {self.access[name]}; management access never leaves the workstation (remove the reference)"
         return None
