@@ -10,6 +10,7 @@ from narwhal_assets.assets.checks import checkpoint_replicas_agree, generated_fi
 from narwhal_assets.assets.discovery import discovered_config, host_discovery
 from narwhal_assets.assets.freshness import discovered_set_fresh, discovery_freshness_sensor
 from narwhal_assets.assets.inventory import host_inventory
+from narwhal_assets.assets.prepare import PREPARE_CHECKS, prepare_deployment
 from narwhal_assets.resources import ManagementCheckout, SshSettings
 from narwhal_assets.schedules import weekly_full_rehash
 from narwhal_assets.sensors import inventory_sensor, rediscovery_sensor
@@ -19,12 +20,13 @@ from narwhal_assets.sensors import inventory_sensor, rediscovery_sensor
 os.umask(0o077)
 
 DISCOVERY_ASSETS = [host_inventory, host_discovery, discovered_config]
-ALL_ASSETS = [*DISCOVERY_ASSETS]
+ALL_ASSETS = [*DISCOVERY_ASSETS, prepare_deployment]
 ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     known_hosts_cover_inventory,
     checkpoint_replicas_agree,
     generated_files_private,
     discovered_set_fresh,
+    *PREPARE_CHECKS,
 ]
 SENSORS = [inventory_sensor, rediscovery_sensor, discovery_freshness_sensor]
 SCHEDULES = [weekly_full_rehash]
@@ -36,7 +38,13 @@ discovery_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(*DISCOVERY_ASSETS),
     description="Inventory, host keys, observations, checkpoint digests and the discovered config set",
 )
-JOBS = [discovery_job]
+# What `deploy-hosts prepare` runs: source bundle, role environments and manifest, with their checks.
+prepare_job = dg.define_asset_job(
+    "prepare_job",
+    selection=dg.AssetSelection.assets(prepare_deployment),
+    description="One verified deployment directory from the discovered config set",
+)
+JOBS = [discovery_job, prepare_job]
 
 
 def make_definitions(root: str = "") -> dg.Definitions:

@@ -27,6 +27,7 @@ from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config, launch_sources
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.policy import resolve_engine_field
+from narwhal_assets.core.prepare_inputs import discovery_inputs_digest
 from narwhal_assets.core.profiling import ProfilingLimits, build_profiling_limits
 from narwhal_assets.core.retention import KEEP_RUNS_VARIABLE, keep_runs
 from narwhal_assets.core.roles import Role
@@ -242,7 +243,9 @@ def archive_previous(settings: Settings, run: DiscoveryRun, paths: Iterable[Path
             write_private(run.run_dir / ARCHIVE_DIR / path.name, path.read_bytes())
 
 
-def publish_config(settings: Settings, run: DiscoveryRun, generated: GeneratedConfig) -> dict[str, str]:
+def publish_config(
+    settings: Settings, inventory: Inventory, run: DiscoveryRun, generated: GeneratedConfig
+) -> dict[str, str]:
     """Replace the config set and commit this run's host-key enrolments with it; returns path -> SHA-256.
 
     All-or-nothing by construction (see `configset`); the run's manifest, published last, marks the run
@@ -257,7 +260,9 @@ def publish_config(settings: Settings, run: DiscoveryRun, generated: GeneratedCo
         digests = {_relative(settings, path): hashlib.sha256(data).hexdigest() for path, data in files.items()}
         if settings.hosts_path.is_file():
             digests[_relative(settings, settings.hosts_path)] = sha256_file(settings.hosts_path)
-        manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests}
+        manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests,
+                    # What `prepare` compares to refuse a config set made from other inputs.
+                    "inputs_sha256": discovery_inputs_digest(settings, inventory)}  # fmt: skip
         files[run.run_dir / MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
         publish_files(settings, run.run_dir, files)
         prune_discovery_runs(settings.discovery_dir, keep, current=run.run_dir.name)

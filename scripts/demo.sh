@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's demo: install everything, start a three-host simulated fleet (real sshd in network
-# namespaces), then run the main job against it: plan, discover, check-access.
+# namespaces), then run the main job against it: plan, discover, check-access, prepare.
 # `bash scripts/demo.sh stop` removes the fleet again.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,8 +26,10 @@ source "$here/bootstrap.sh"
 stop_fleet
 # A new fleet has new hosts and host keys: start from a fresh demo checkout, or its saved inventory and
 # trust store would (rightly) refuse them.
+# The demo checkout is a clone of this repository: prepare ships one of its commits.
 rm -rf "$checkout"
-mkdir -p "$checkout"
+mkdir -p "$demo"
+git clone -q "$repo" "$checkout"
 chmod 0700 "$demo" "$checkout"
 # The demo checkout's .env: destinations of the simulated hosts plus the engine settings.
 python -m narwhal_assets.fleetsim start --dir "$fleet_dir" > "$checkout/.env"
@@ -48,11 +50,15 @@ echo "== deploy-hosts discover"
 "$deploy" --root "$checkout" discover
 echo "== deploy-hosts check-access"
 "$deploy" --root "$checkout" check-access
+echo "== deploy-hosts prepare"
+echo "NARWHAL_DEPLOYMENT_REVISION=$(git -C "$checkout" rev-parse HEAD)" >> "$checkout/.env"
+"$deploy" --root "$checkout" prepare
 cat <<MSG
 
 Where to look:
   $checkout/config/            generated private inputs (hosts, known hosts, fleet, launch records, deployment.env)
   $checkout/runs/discovery/    observations, checkpoint digests, command logs per discovery run
+  $checkout/runs/deployment-env/  prepared deployments: source.bundle, role files per host, manifest.json
 Try (each works as printed, from any directory):
   $deploy --root $checkout plan
   $deploy --root $checkout check-access --role engine-2

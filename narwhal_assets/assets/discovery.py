@@ -126,7 +126,7 @@ def discovered_config(
     settings = operator_settings(opened.settings)
     run = DiscoveryRun.load(upstream_path(context.instance, context.run_id, OBSERVATIONS, "run_dir"))
     generated = generate_config(settings, opened.inventory, run)
-    digests = publish_config(settings, run, generated)
+    digests = publish_config(settings, opened.inventory, run, generated)
     yield dg.MaterializeResult(
         asset_key="deployment_env",
         metadata={"run_dir": dg.MetadataValue.path(str(run.run_dir)), "variables": sorted(generated.deployment_env)},

@@ -232,6 +232,10 @@ class KnownHostsStore:
             f"{presented.key_type} {presented.fingerprint}, which {self.path} marks @revoked. Refusing to connect"
         )
 
+    def key_blobs(self) -> list[str]:
+        """Every recorded key's base64 blob: what a copied host-key line would contain."""
+        return [line.key.blob_b64 for line in self._lines() if line.key]
+
     def _changed(
         self, subject: Subject, host: str, port: int, recorded: list[HostKey], presented: HostKey
     ) -> HostKeyChanged:
