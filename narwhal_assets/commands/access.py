@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import TYPE_CHECKING
 
-from narwhal_assets.checkout import Checkout
 from narwhal_assets.commands import add_selection
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
-from narwhal_assets.ssh.access import host_access, host_accesses, make_connector
-from narwhal_assets.ssh.transport import HostConnection
-from narwhal_assets.ssh.trust import TrustMode
+
+if TYPE_CHECKING:
+    from narwhal_assets.ssh.transport import HostConnection
 
 EXIT_FAILED = 1
 FINGERPRINT_RE = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
@@ -37,6 +37,10 @@ def _observe(connection: HostConnection) -> tuple[str, str]:
 
 
 def check_access(args: argparse.Namespace) -> int:
+    from narwhal_assets.checkout import Checkout
+    from narwhal_assets.ssh.access import host_accesses, make_connector
+    from narwhal_assets.ssh.trust import TrustMode
+
     checkout = Checkout.open(args.root)
     entries = checkout.select(args.host or (), args.role or ())
     connector = make_connector(
@@ -60,6 +64,10 @@ def check_access(args: argparse.Namespace) -> int:
 def trust(args: argparse.Namespace) -> int:
     if not FINGERPRINT_RE.fullmatch(args.fingerprint):
         raise InputError(["--fingerprint: expected SHA256:<43 base64 characters>, as `ssh-keygen -lf` prints it"])
+    from narwhal_assets.checkout import Checkout
+    from narwhal_assets.ssh.access import host_access, make_connector
+    from narwhal_assets.ssh.trust import TrustMode
+
     checkout = Checkout.open(args.root)
     entry = checkout.inventory.host(args.host_id)
     access = host_access(checkout.settings, entry)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from narwhal_assets.checkout import Checkout
-
 
 def run(args: argparse.Namespace) -> int:
+    from narwhal_assets.checkout import Checkout
+
     checkout = Checkout.open(args.root)
     path = checkout.settings.hosts_path
     print(f"inventory {path}: {len(checkout.inventory.hosts)} physical host(s)")
