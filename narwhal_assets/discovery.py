@@ -20,6 +20,7 @@ from narwhal_assets.checkpoint_store import load_checkpoint, prune_discovery_run
 from narwhal_assets.configset import publish_files, publish_lock
 from narwhal_assets.core.deployment_env import build_deployment_env, render_deployment_env
 from narwhal_assets.core.digests import compare_replicas
+from narwhal_assets.core.display import printable, printable_block
 from narwhal_assets.core.errors import HostFailure, InputError, NarwhalError, raise_together
 from narwhal_assets.core.fleet import Fleet, build_fleet
 from narwhal_assets.core.inventory import HostEntry, Inventory, engine_number
@@ -40,7 +41,7 @@ from narwhal_assets.ssh.transport import Connector, HostConnection
 from narwhal_assets.ssh.trust import KnownHostsStore, StagedKey
 
 PROBE_COMMAND = "python3 -"
-PROBE_TIMEOUT_S = 3600.0
+PROBE_TIMEOUT_S = 1800.0  # a dead host is caught by the keep-alive; this bounds a first full hash
 CHECKPOINT_FILE = "engine-{n}-checkpoint.json"
 ARCHIVE_DIR = "previous-config"
 MANIFEST = "manifest.json"
@@ -170,7 +171,9 @@ def inspect_hosts(
             # What a host printed is never the operator's input: it fails that host (exit 1), not the run's input.
             _write_log(run, entry.id, render_command_log(exc.command_log), result.stderr)
             if result.rc != 0:
-                raise HostFailure(f"host {entry.id}: probe exited {result.rc}: {_first_line(result.stderr)}") from None
+                raise HostFailure(
+                    f"host {entry.id}: probe exited {result.rc}: {printable(_first_line(result.stderr), 200)}"
+                ) from None
             raise HostFailure(str(exc)) from None
         observation, digests, log = parsed
         _write_log(run, entry.id, render_command_log(log), result.stderr)
@@ -291,7 +294,7 @@ def _required(settings: Settings, n: int, name: str) -> str:
 
 
 def _write_log(run: DiscoveryRun, host_id: str, text: str, stderr: bytes) -> None:
-    extra = stderr.decode("utf-8", "replace").strip()
+    extra = printable_block(stderr.decode("utf-8", "replace").strip())
     write_private(run.run_dir / "logs" / f"{host_id}.log", text + (f"\n# probe stderr\n{extra}\n" if extra else ""))
 
 

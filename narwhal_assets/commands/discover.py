@@ -10,6 +10,7 @@ COMMAND = "discover"
 
 def run(args: argparse.Namespace) -> int:
     from narwhal_assets.assets.discovery import OBSERVATIONS
+    from narwhal_assets.core.display import printable
     from narwhal_assets.discovery import DiscoveryRun
     from narwhal_assets.runner import run_job
 
@@ -20,8 +21,8 @@ def run(args: argparse.Namespace) -> int:
     latest = DiscoveryRun.load(Path(str(materialization.metadata["run_dir"].value)))
     print(f"discovery run {latest.run_dir}")
     for host_id, obs in sorted(latest.observations.items()):
-        gpus = f"{len(obs.gpus)}x {obs.gpus[0].name}" if obs.gpus else "no GPUs"
-        print(f"  {host_id:<10} roles={','.join(obs.roles):<20} hostname={obs.hostname} (label) {gpus}")
+        gpus = f"{len(obs.gpus)}x {printable(obs.gpus[0].name)}" if obs.gpus else "no GPUs"
+        print(f"  {host_id:<10} roles={','.join(obs.roles):<20} hostname={printable(obs.hostname)} (label) {gpus}")
     for engine, digest in sorted(latest.checkpoints.items()):
         print(
             f"  {engine:<10} tree sha256 {digest.tree_sha256} ({len(digest.files)} files, "

@@ -295,10 +295,6 @@ def test_error_lines_escape_what_a_host_printed(
     assert_no_controls((run / "logs" / "node-2.log").read_text(encoding="utf-8").split("# probe stderr")[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="commands/discover.py (the lead's) must print hostname and GPU name through core.display.printable",
-)
 def test_discover_summary_escapes_a_hostile_hostname(
     checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -126,7 +126,7 @@ def test_ssh_config_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     (tmp_path / "my_ssh_config").write_text("Host y\n")
     s = Settings.load(tmp_path, environ={"NARWHAL_SSH_CONFIG": "my_ssh_config"})
     assert s.ssh_config_path == tmp_path.resolve() / "my_ssh_config"
-    with pytest.raises(InputError, match=r"NARWHAL_SSH_CONFIG: .*absent does not exist"):
+    with pytest.raises(InputError, match=r"^NARWHAL_SSH_CONFIG: .*absent does not exist"):
         _ = Settings.load(tmp_path, environ={"NARWHAL_SSH_CONFIG": "absent"}).ssh_config_path
 
 
