@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
+from loopback import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's `chromium` package; Playwright never downloads a browser here
 WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
@@ -33,12 +33,6 @@ def require_browser() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI is set: must run, not skip)", pytrace=False)
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager

@@ -7,7 +7,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import psycopg2
 import pytest
+from loopback import free_port
 
 PG_USER = "narwhal_team"
 PG_DB = "narwhal_dagster"  # the README's db_name
@@ -52,31 +52,23 @@ def postgres_bindir() -> Path | None:
 
 def server_user() -> str | None:
     """PostgreSQL refuses to run as root: root runs it as Debian's `postgres` account."""
-    if os.geteuid() != 0:
-        return None
-    return pwd.getpwnam("postgres").pw_name
+    return "postgres" if os.geteuid() == 0 else None
 
 
 def require_postgres() -> Path:
+    """Debian's server binaries and (for root) its `postgres` account; skip without them, fail under CI."""
     bindir = postgres_bindir()
     problem = "Debian package postgresql (/usr/lib/postgresql/*/bin/initdb)" if bindir is None else None
-    if problem is None and os.geteuid() == 0:
+    if bindir is not None and server_user() is not None:
         try:
             pwd.getpwnam("postgres")
         except KeyError:
             problem = "the `postgres` account (Debian package postgresql)"
-    if problem is None:
-        assert bindir is not None
+    if bindir is not None and problem is None:
         return bindir
     if os.environ.get("CI"):
         pytest.fail(f"PostgreSQL unavailable, missing {problem} (CI is set: must run, not skip)", pytrace=False)
     pytest.skip(f"PostgreSQL unavailable, missing {problem}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
