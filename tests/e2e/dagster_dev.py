@@ -1,0 +1,110 @@
+"""`dagster dev` (webserver + daemon + code server) as a test runs it: its own process group, stopped by group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+from loopback import free_port
+
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's `chromium` package; Playwright never downloads a browser here
+WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"
+READY_S, STOP_S = 240.0, 60.0
+
+
+def require_browser() -> None:
+    """Skip without Chromium or Playwright; under CI fail instead (the UI test must run there)."""
+    missing = [] if CHROMIUM.is_file() else [f"{CHROMIUM} (Debian package chromium)"]
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("playwright (the test extra)")
+    if not missing:
+        return
+    reason = "browser test unavailable, missing: " + "; ".join(missing)
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: must run, not skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+@contextmanager
+def dagster_dev(root: Path, home: Path, workdir: Path) -> Iterator[str]:
+    """Start `dagster dev` for checkout `root` (instance `home`) in `workdir` (no .env there, so no secret enters
+    its environment); yield the UI's base URL once it serves; stop the whole process group afterwards."""
+    port, log = free_port(), workdir / "dagster-dev.log"
+    env = {**os.environ, "NARWHAL_ROOT": str(root), "DAGSTER_HOME": str(home), "DAGSTER_DISABLE_TELEMETRY": "1"}
+    args = [sys.executable, "-m", "dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(port)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(args, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True,
+                                   preexec_fn=default_sigint)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_serving(url, process, log)
+        yield url
+    finally:
+        stop_group(process)
+
+
+def default_sigint() -> None:
+    """dagster dev turns SIGTERM into whatever SIGINT does; a caller started in the background (CI) passes
+    SIGINT down ignored, which would make dagster dev ignore SIGTERM too."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def wait_until_serving(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"dagster dev exited {process.returncode}:\n{tail(log)}", pytrace=False)
+        try:
+            with urllib.request.urlopen(f"{url}/server_info", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"dagster dev did not serve {url} within {READY_S:.0f}s:\n{tail(log)}", pytrace=False)
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the group (dagster dev, webserver, daemon, code server, run workers), then wait until no
+    member is left; SIGKILL and fail if they do not stop."""
+    group = process.pid
+    with suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_S)
+    deadline = time.monotonic() + STOP_S
+    while group_members(group) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if group_members(group):
+        with suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        process.wait(timeout=STOP_S)
+        pytest.fail("dagster dev's process group did not stop on SIGTERM", pytrace=False)
+
+
+def group_members(group: int) -> list[int]:
+    """Live (not zombie) processes of the group, from /proc/<pid>/stat (state and pgrp follow the `(comm)`)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text(encoding="ascii", errors="replace").rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def tail(path: Path, size: int = 4000) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")[-size:]
