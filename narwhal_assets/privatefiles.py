@@ -7,7 +7,7 @@ import fcntl
 import hashlib
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 FILE_MODE = 0o600
@@ -25,21 +25,7 @@ def ensure_private_dir(path: Path) -> Path:
 
 def write_private(path: Path, data: bytes | str) -> str:
     """Atomically replace `path` with `data` at mode 0600; returns the content's SHA-256 hex digest."""
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    ensure_private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(raw)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    return hashlib.sha256(raw).hexdigest()
+    return _write_into_place(path, data, os.replace)
 
 
 def sha256_file(path: Path) -> str:
@@ -66,9 +52,14 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
 def write_exclusive(path: Path, data: bytes | str) -> str:
     """Create `path` with `data` at mode 0600, refusing an existing file (prepared inputs are never replaced).
 
-    The content goes to a temporary name first and is linked into place, so a reader never sees a partial
-    file and an existing file (or symlink) at `path` makes this fail with `FileExistsError`.
+    The content is linked into place from a temporary name, so a reader never sees a partial file and an
+    existing file (or symlink) at `path` makes this fail with `FileExistsError`.
     """
+    return _write_into_place(path, data, os.link)
+
+
+def _write_into_place(path: Path, data: bytes | str, place: Callable[[Path, Path], None]) -> str:
+    """Write `data` to a private temporary file beside `path`, fsync it, then `place(tmp, path)`."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     ensure_private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -78,10 +69,10 @@ def write_exclusive(path: Path, data: bytes | str) -> str:
             handle.write(raw)
             handle.flush()
             os.fsync(handle.fileno())
-        os.link(tmp, path)
+        place(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+            tmp.unlink()  # gone already after a replace; the spare name after a link
     return hashlib.sha256(raw).hexdigest()
 
 

@@ -31,7 +31,12 @@ GENERATED_FILES: dict[str, Callable[[Settings], list[Path]]] = {
 PRIVATE_CHECK = "files_private"
 
 
-@dg.asset_check(asset=KNOWN_HOSTS, description="Every inventory host has a recorded host key")
+# Discovery records host keys when `discovered_config` publishes the set, so the check waits for that.
+@dg.asset_check(
+    asset=KNOWN_HOSTS,
+    additional_deps=["profiling_limits"],
+    description="Every inventory host has a recorded host key",
+)
 def known_hosts_cover_inventory(checkout: ManagementCheckout) -> dg.AssetCheckResult:
     opened = checkout.open()
     settings = opened.settings

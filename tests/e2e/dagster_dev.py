@@ -45,7 +45,7 @@ def dagster_dev(root: Path, home: Path, workdir: Path) -> Iterator[str]:
     with log.open("wb") as out:
         process = subprocess.Popen(args, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                   preexec_fn=default_sigint)  # fmt: skip
+                                   preexec_fn=as_an_operator_starts_it)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_serving(url, process, log)
@@ -54,9 +54,11 @@ def dagster_dev(root: Path, home: Path, workdir: Path) -> Iterator[str]:
         stop_group(process)
 
 
-def default_sigint() -> None:
-    """dagster dev turns SIGTERM into whatever SIGINT does; a caller started in the background (CI) passes
-    SIGINT down ignored, which would make dagster dev ignore SIGTERM too."""
+def as_an_operator_starts_it() -> None:
+    """Umask 077, as the README says to start `dagster dev` (the webserver and daemon never load our code,
+    which sets it for its own processes); and default SIGINT: dagster dev turns SIGTERM into whatever SIGINT
+    does, and a caller started in the background (CI) passes SIGINT down ignored."""
+    os.umask(0o077)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

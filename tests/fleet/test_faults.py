@@ -200,8 +200,7 @@ def test_a_killed_sshd_mid_command_says_the_host_closed_the_connection(
 def test_discovery_with_a_cut_link_and_a_killed_sshd_fails_only_those_hosts(
     checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, _, err = cli(checkout, "plan", capsys=capsys)
-    assert rc == 0, err
+    Checkout.open(checkout).save_inventory()
     before = snapshot(checkout / "config")
     for name in ("h2", "h3"):
         started_marker(fleet, name).unlink(missing_ok=True)
