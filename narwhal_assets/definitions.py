@@ -6,10 +6,11 @@ import dagster as dg
 
 from narwhal_assets.assets.checks import checkpoint_replicas_agree, generated_files_private, known_hosts_cover_inventory
 from narwhal_assets.assets.discovery import discovered_config, host_discovery
+from narwhal_assets.assets.install import host_installation, install_job
 from narwhal_assets.assets.inventory import host_inventory
 from narwhal_assets.resources import NarwhalSettings, SshSettings
 
-ALL_ASSETS = [host_inventory, host_discovery, discovered_config]
+ALL_ASSETS = [host_inventory, host_discovery, discovered_config, host_installation]
 ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     known_hosts_cover_inventory,
     checkpoint_replicas_agree,
@@ -27,4 +28,6 @@ def resources() -> dict[str, object]:
     return {"narwhal": NarwhalSettings(), "ssh": SshSettings()}
 
 
-defs = dg.Definitions(assets=ALL_ASSETS, asset_checks=ALL_CHECKS, jobs=[discovery_job], resources=resources())
+defs = dg.Definitions(
+    assets=ALL_ASSETS, asset_checks=ALL_CHECKS, jobs=[discovery_job, install_job], resources=resources()
+)

@@ -40,7 +40,7 @@ from narwhal_assets.remote.install_protocol import (
     terminal_safe,
 )
 from narwhal_assets.ssh.destination import resolve_endpoint
-from narwhal_assets.ssh.transport import HostConnection
+from narwhal_assets.ssh.transport import Connector, HostAccess, HostConnection
 from narwhal_assets.ssh.trust import KnownHostsStore
 
 DEFAULT_INSTALL = "python -m pip install -e ."
@@ -105,10 +105,11 @@ class HostOutcome:
 class HostInstallFailure(NarwhalError):
     """A host stopped at a gate; its content on the host was left as it was."""
 
-    def __init__(self, host_id: str, gate: str, message: str) -> None:
+    def __init__(self, host_id: str, gate: str, message: str, outcome: HostOutcome | None = None) -> None:
         super().__init__(f"host {host_id}: failed at gate {gate!r}: {message}")
         self.gate = gate
         self.message = message
+        self.outcome = outcome
 
 
 def open_prepared_run(settings: Settings, inventory: Inventory, run_dir: Path) -> PreparedRun:
@@ -146,6 +147,21 @@ def install_files(host: ManifestHost, bundle: PreparedFile) -> list[tuple[Instal
         )  # fmt: skip
         files.append((installer_file, prepared))
     return files
+
+
+def connect_and_install(
+    connector: Connector, access: HostAccess, run: PreparedRun, commands: InstallCommands
+) -> HostOutcome:
+    """One strict connection to the host, reused for every installer call; a refused connection is a gate."""
+    began = time.monotonic()
+    try:
+        with connector.connect(access) as connection:
+            return install_host(connection, run, commands)
+    except NarwhalError as exc:
+        outcome = HostOutcome(access.host_id, gate="connection", message=terminal_safe(str(exc)),
+                              remote_dir=run.manifest.remote_dir, seconds=time.monotonic() - began)  # fmt: skip
+        HostLog(run.log_path(access.host_id)).note(f"outcome: {outcome.describe()}")
+        return outcome
 
 
 def install_host(connection: HostConnection, run: PreparedRun, commands: InstallCommands) -> HostOutcome:

@@ -1,0 +1,103 @@
+"""`host_installation`: one partition per physical host (`narwhal_hosts`), installing a prepared run there.
+
+A partition's materialization records the revision, deployment id, remote directory, outcome (`installed` or
+`reused`), bytes and files sent, files verified and seconds; a failing host records the same as an
+observation naming its gate, then fails its run, so the UI shows every host's state and a re-run (or a
+backfill over all partitions) retries it.
+"""
+
+
+from pathlib import Path
+
+import dagster as dg
+
+from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.manifest import MANIFEST_FILE
+from narwhal_assets.installation import (
+    HostInstallFailure,
+    HostOutcome,
+    InstallCommands,
+    PreparedRun,
+    connect_and_install,
+    open_prepared_run,
+)
+from narwhal_assets.inventory_file import current_inventory
+from narwhal_assets.resources import NarwhalSettings, SshSettings
+from narwhal_assets.ssh.access import host_access
+from narwhal_assets.ssh.trust import TrustMode
+
+GROUP = "installation"
+HOSTS = dg.DynamicPartitionsDefinition(name=HOSTS_PARTITIONS_NAME)
+MANIFEST_ASSET = dg.AssetKey("deployment_manifest")
+INSTALLATION = dg.AssetKey("host_installation")
+# Where the `deployment_manifest` materialization records its prepared directory (or its manifest file).
+PREPARED_METADATA_KEYS = ("out_dir", "path")
+
+
+class InstallConfig(dg.Config):
+    """`run_dir`: the prepared directory; empty means the one the latest `deployment_manifest` recorded."""
+
+    run_dir: str = ""
+
+
+@dg.asset(
+    partitions_def=HOSTS,
+    deps=[MANIFEST_ASSET],
+    group_name=GROUP,
+    kinds={"ssh"},
+    description="~/Narwhal-deploy/<deployment id>/ on one host: the prepared run installed and verified",
+)
+def host_installation(
+    context: dg.AssetExecutionContext, config: InstallConfig, narwhal: NarwhalSettings, ssh: SshSettings
+) -> dg.MaterializeResult:
+    """Verify the manifest against the checkout (every host), then install on this partition's host."""
+    settings = narwhal.load()
+    inventory = current_inventory(settings)
+    run_dir = Path(config.run_dir) if config.run_dir else latest_prepared_dir(context.instance)
+    run = open_prepared_run(settings, inventory, run_dir)
+    entry = inventory.host(context.partition_key)
+    connector = ssh.connector(settings, TrustMode.STRICT)
+    outcome = connect_and_install(connector, host_access(settings, entry), run, InstallCommands.from_settings(settings))
+    metadata = outcome_metadata(run, outcome)
+    if not outcome.ok:
+        context.log_event(dg.AssetObservation(asset_key=INSTALLATION, partition=entry.id, metadata=metadata))
+        raise HostInstallFailure(entry.id, outcome.gate or "unknown", outcome.message or "", outcome)
+    context.log.info(f"host {entry.id}: {outcome.describe()}")
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def outcome_metadata(run: PreparedRun, outcome: HostOutcome) -> dict[str, object]:
+    """What the UI shows per host; names and counts only, never a destination or password."""
+    return {
+        "outcome": outcome.outcome if outcome.ok else f"failed: {outcome.gate}",
+        "revision": run.manifest.revision,
+        "deployment_id": run.manifest.deployment_id,
+        "remote_dir": f"~/{run.manifest.remote_dir}",
+        "run_dir": dg.MetadataValue.path(str(run.run_dir)),
+        "log": dg.MetadataValue.path(str(run.log_path(outcome.host_id))),
+        "bytes_sent": outcome.bytes_sent,
+        "files_sent": outcome.files_sent,
+        "files_verified": outcome.files_verified,
+        "seconds": round(outcome.seconds, 3),
+        **({"message": outcome.message} if outcome.message else {}),
+    }
+
+
+def latest_prepared_dir(instance: dg.DagsterInstance) -> Path:
+    """The prepared directory of the latest `deployment_manifest` materialization (its lineage)."""
+    event = instance.get_latest_materialization_event(MANIFEST_ASSET)
+    metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
+    for key in PREPARED_METADATA_KEYS:
+        if key in metadata:
+            path = Path(str(metadata[key].value))
+            return path.parent if path.name == MANIFEST_FILE else path
+    raise InputError(["deployment_manifest has never been materialized: run `deploy-hosts prepare` or set run_dir"])
+
+
+install_job = dg.define_asset_job(
+    "install_job",
+    selection=dg.AssetSelection.assets(INSTALLATION),
+    partitions_def=HOSTS,
+    description="Install the prepared run on the selected hosts (one partition per physical host)",
+)

@@ -1,0 +1,127 @@
+"""`deploy-hosts install --run DIR`: materialize `host_installation` for the selected hosts as `install_job`.
+
+The manifest is checked against the checkout for every host before any connection (exit 2). Each host is
+its own run and partition event; up to `--max-parallel` run at once. With `--max-parallel 1` hosts run in
+inventory order and the first failure stops the rest, as the upstream deployment helper does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from narwhal_assets.assets.install import INSTALLATION, install_job
+from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.commands.context import Checkout
+from narwhal_assets.core.errors import InputError, NarwhalError, raise_if
+from narwhal_assets.core.inventory import HostEntry, Inventory
+from narwhal_assets.installation import HostInstallFailure, HostOutcome, PreparedRun, open_prepared_run
+from narwhal_assets.runner import QUIET, operator_instance
+
+EXIT_FAILED = 1
+DEFAULT_PARALLEL = 8
+
+
+def select(inventory: Inventory, hosts: list[str], roles: list[str]) -> list[HostEntry]:
+    """Hosts named by `--host`, or owning a `--role` (colocated roles come along), in inventory order."""
+    known = set(inventory.host_ids())
+    owned = {role: entry.id for entry in inventory.hosts for role in entry.roles}
+    problems = [f"--host {h}: no such host in the inventory (known: {', '.join(inventory.host_ids())})"
+                for h in hosts if h not in known]  # fmt: skip
+    problems += [f"--role {r}: no host owns this role (roles: {', '.join(sorted(owned))})" for r in roles
+                 if r not in owned]  # fmt: skip
+    raise_if(problems)
+    wanted = set(hosts) | {owned[r] for r in roles}
+    return [entry for entry in inventory.hosts if not wanted or entry.id in wanted]
+
+
+def install_job_for(root: Path) -> dg.JobDefinition:
+    """`install_job` bound to this checkout's settings, the same job the UI runs."""
+    from narwhal_assets.definitions import ALL_ASSETS, ALL_CHECKS, resources
+    from narwhal_assets.resources import NarwhalSettings
+
+    bound = dg.Definitions(
+        assets=ALL_ASSETS,
+        asset_checks=ALL_CHECKS,
+        jobs=[install_job],
+        resources={**resources(), "narwhal": NarwhalSettings(root=str(root))},
+    )
+    return bound.resolve_job_def(install_job.name)
+
+
+def run_host(job: dg.JobDefinition, instance: dg.DagsterInstance, run: PreparedRun, host_id: str) -> HostOutcome:
+    """One `install_job` run for one partition; a failing gate comes back as the host's outcome."""
+    config: dict[str, Any] = {**QUIET, "ops": {INSTALLATION.path[-1]: {"config": {"run_dir": str(run.run_dir)}}}}
+    try:
+        result = job.execute_in_process(instance=instance, partition_key=host_id, run_config=config)
+    except HostInstallFailure as failure:
+        return failure.outcome or HostOutcome(host_id, gate=failure.gate, message=failure.message)
+    except NarwhalError as exc:
+        return HostOutcome(host_id, gate="input", message=str(exc).replace("\n", "; "))
+    [event] = result.asset_materializations_for_node(INSTALLATION.path[-1])
+    meta = {key: value.value for key, value in event.metadata.items()}
+    return HostOutcome(
+        host_id, str(meta["outcome"]), bytes_sent=int(meta["bytes_sent"]), files_sent=int(meta["files_sent"]),
+        files_verified=int(meta["files_verified"]), seconds=float(meta["seconds"]),
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_parallel < 1:
+        raise InputError(["--max-parallel: must be 1 or more"])
+    checkout = Checkout.open(args.root)
+    entries = select(checkout.inventory, args.host or [], args.role or [])
+    prepared = open_prepared_run(checkout.settings, checkout.inventory, args.run)
+    instance = operator_instance(args.root)
+    known = set(instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
+    missing = [e.id for e in checkout.inventory.hosts if e.id not in known]
+    if missing:
+        instance.add_dynamic_partitions(HOSTS_PARTITIONS_NAME, missing)
+    job = install_job_for(args.root)
+    manifest = prepared.manifest
+    print(f"install {prepared.run_dir} revision {manifest.revision} into ~/{manifest.remote_dir}")
+    outcomes: dict[str, HostOutcome] = {}
+    if args.max_parallel == 1:
+        for entry in entries:
+            outcomes[entry.id] = run_host(job, instance, prepared, entry.id)
+            _show(entry, outcomes[entry.id])
+            if not outcomes[entry.id].ok:
+                break
+    else:
+        with ThreadPoolExecutor(max_workers=min(args.max_parallel, len(entries))) as pool:
+            futures = {e.id: pool.submit(run_host, job, instance, prepared, e.id) for e in entries}
+            for entry in entries:
+                outcomes[entry.id] = futures[entry.id].result()
+                _show(entry, outcomes[entry.id])
+    skipped = [e.id for e in entries if e.id not in outcomes]
+    for host_id in skipped:
+        print(f"  {host_id:<10} not attempted: an earlier host failed (--max-parallel 1 stops at the first failure)")
+    failed = [o for o in outcomes.values() if not o.ok]
+    print(f"logs in {prepared.run_dir / 'logs'}")
+    for outcome in failed:
+        print(f"deploy-hosts install: host {outcome.host_id} failed at gate {outcome.gate!r}: {outcome.message}",
+              file=sys.stderr)  # fmt: skip
+    return EXIT_FAILED if failed or skipped else 0
+
+
+def _show(entry: HostEntry, outcome: HostOutcome) -> None:
+    print(f"  {entry.id:<10} roles={','.join(entry.roles):<18} {outcome.describe()}")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("install", help="install a prepared run on the selected hosts (install_job)",
+                            description=__doc__)  # fmt: skip
+    parser.add_argument("--run", type=Path, required=True, metavar="DIR", help="the prepared directory")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--host", action="append", metavar="ID", help="physical host id (repeatable)")
+    which.add_argument("--role", action="append", metavar="ROLE",
+                       help="the host owning ROLE, colocated roles included (repeatable)")  # fmt: skip
+    parser.add_argument("--max-parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
+                        help=f"hosts installed at once (default {DEFAULT_PARALLEL}); 1: inventory order, "
+                        "stop at the first failure")  # fmt: skip
+    parser.set_defaults(func=run)
