@@ -45,8 +45,6 @@ from narwhal_assets.ssh.trust import KnownHostsStore
 
 DEFAULT_INSTALL = "python -m pip install -e ."
 DEFAULT_CHECK = "python -m pip check"
-INSPECT_TIMEOUT_S = 600.0
-INSTALL_TIMEOUT_S = 4 * 3600.0
 LOGS_DIR = "logs"
 LOG_OUTPUT_LIMIT = 256 * 1024
 
@@ -180,17 +178,17 @@ def install_host(connection: HostConnection, run: PreparedRun, commands: Install
     }
     log = HostLog(run.log_path(host.id))
     try:
-        report = _call(connection, log, {**params, "action": "inspect"}, [], INSPECT_TIMEOUT_S)
+        report = _call(connection, log, {**params, "action": "inspect"}, [])
         outcome.files_verified = report.files_verified
         if report.outcome != "reused":
             send = [(f, p) for f, p in files if report.files.get(f.name) != "present"]
             payloads = [_read_pinned(run.run_dir, p) for _, p in send]
             params["send"] = [f.name for f, _ in send]
-            report = _call(connection, log, {**params, "action": "install"}, payloads, INSTALL_TIMEOUT_S)
+            report = _call(connection, log, {**params, "action": "install"}, payloads)
             outcome.bytes_sent = sum(len(p) for p in payloads)
             outcome.files_sent = report.files_received
             params.pop("send")
-            report = _call(connection, log, {**params, "action": "commit"}, [], INSPECT_TIMEOUT_S)
+            report = _call(connection, log, {**params, "action": "commit"}, [])
             outcome.files_verified = report.files_verified
         outcome.outcome = report.outcome
     except HostInstallFailure as failure:
@@ -203,12 +201,11 @@ def install_host(connection: HostConnection, run: PreparedRun, commands: Install
     return outcome
 
 
-def _call(
-    connection: HostConnection, log: HostLog, params: dict[str, Any], payloads: list[bytes], timeout: float
-) -> InstallReport:
+def _call(connection: HostConnection, log: HostLog, params: dict[str, Any], payloads: list[bytes]) -> InstallReport:
+    """One installer run; bounded by the connector's command timeout (`SshSettings.command_timeout_s`)."""
     script = installer_script(params)
     log.script(params["action"], script)
-    result = connection.run(BOOTSTRAP, stdin=install_stream(script, payloads), timeout=timeout)
+    result = connection.run(BOOTSTRAP, stdin=install_stream(script, payloads))
     log.result(result.rc, result.stdout, result.stderr)
     try:
         report = parse_install_report(result.stdout)

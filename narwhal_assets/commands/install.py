@@ -8,8 +8,10 @@ inventory order and the first failure stops the rest, as the upstream deployment
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.commands.context import Checkout
 from narwhal_assets.core.errors import InputError, NarwhalError, raise_if
 from narwhal_assets.core.inventory import HostEntry, Inventory
-from narwhal_assets.installation import HostInstallFailure, HostOutcome, PreparedRun, open_prepared_run
+from narwhal_assets.installation import HostInstallFailure, HostOutcome, open_prepared_run
 from narwhal_assets.runner import QUIET, operator_instance
 
 EXIT_FAILED = 1
@@ -54,11 +56,14 @@ def install_job_for(root: Path) -> dg.JobDefinition:
     return bound.resolve_job_def(install_job.name)
 
 
-def run_host(job: dg.JobDefinition, instance: dg.DagsterInstance, run: PreparedRun, host_id: str) -> HostOutcome:
-    """One `install_job` run for one partition; a failing gate comes back as the host's outcome."""
-    config: dict[str, Any] = {**QUIET, "ops": {INSTALLATION.path[-1]: {"config": {"run_dir": str(run.run_dir)}}}}
+def run_host(root: Path, run_dir: Path, host_id: str) -> HostOutcome:
+    """One `install_job` run for one partition against the operator's instance; a failing gate comes back as
+    the host's outcome. Runs in a worker process when hosts run in parallel: Dagster's in-process execution
+    is not safe in several threads of one process (its log handlers and SQLite storage lock each other)."""
+    instance = operator_instance(root)
+    config: dict[str, Any] = {**QUIET, "ops": {INSTALLATION.path[-1]: {"config": {"run_dir": str(run_dir)}}}}
     try:
-        result = job.execute_in_process(instance=instance, partition_key=host_id, run_config=config)
+        result = install_job_for(root).execute_in_process(instance=instance, partition_key=host_id, run_config=config)
     except HostInstallFailure as failure:
         return failure.outcome or HostOutcome(host_id, gate=failure.gate, message=failure.message)
     except NarwhalError as exc:
@@ -69,6 +74,21 @@ def run_host(job: dg.JobDefinition, instance: dg.DagsterInstance, run: PreparedR
         host_id, str(meta["outcome"]), bytes_sent=int(meta["bytes_sent"]), files_sent=int(meta["files_sent"]),
         files_verified=int(meta["files_verified"]), seconds=float(meta["seconds"]),
     )  # fmt: skip
+
+
+def run_host_in_worker(environ: dict[str, str], root: Path, run_dir: Path, host_id: str) -> HostOutcome:
+    """`run_host` in a worker, with the caller's environment (the fork server's may be older)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    return run_host(root, run_dir, host_id)
+
+
+def workers(count: int) -> ProcessPoolExecutor:
+    """Worker processes forked from a server that imported this module once (cheap per host, no inherited
+    threads or open storage from the caller)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return ProcessPoolExecutor(max_workers=count, mp_context=context)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,19 +102,20 @@ def run(args: argparse.Namespace) -> int:
     missing = [e.id for e in checkout.inventory.hosts if e.id not in known]
     if missing:
         instance.add_dynamic_partitions(HOSTS_PARTITIONS_NAME, missing)
-    job = install_job_for(args.root)
     manifest = prepared.manifest
     print(f"install {prepared.run_dir} revision {manifest.revision} into ~/{manifest.remote_dir}")
     outcomes: dict[str, HostOutcome] = {}
-    if args.max_parallel == 1:
+    if args.max_parallel == 1 or len(entries) == 1:
         for entry in entries:
-            outcomes[entry.id] = run_host(job, instance, prepared, entry.id)
+            outcomes[entry.id] = run_host(args.root, prepared.run_dir, entry.id)
             _show(entry, outcomes[entry.id])
             if not outcomes[entry.id].ok:
                 break
     else:
-        with ThreadPoolExecutor(max_workers=min(args.max_parallel, len(entries))) as pool:
-            futures = {e.id: pool.submit(run_host, job, instance, prepared, e.id) for e in entries}
+        with workers(min(args.max_parallel, len(entries))) as pool:
+            environ = dict(os.environ)
+            futures = {e.id: pool.submit(run_host_in_worker, environ, args.root, prepared.run_dir, e.id)
+                       for e in entries}  # fmt: skip
             for entry in entries:
                 outcomes[entry.id] = futures[entry.id].result()
                 _show(entry, outcomes[entry.id])

@@ -126,7 +126,7 @@ def _entry_problems(host: ManifestHost, entry: HostEntry, access: CurrentAccess 
         problems.append(f"{label}: {entry.ssh_env} is unset now")
     elif access.destination_sha256 != host.destination_sha256:
         problems.append(f"{label}.destination_sha256: the destination in {entry.ssh_env} changed since prepare")
-    if access is not None and sorted(access.fingerprints) != sorted(host.host_key_fingerprints):
+    if access is not None and sorted(set(access.fingerprints)) != sorted(set(host.host_key_fingerprints)):
         problems.append(f"{label}.host_key_fingerprints: differ from the keys pinned in the known-hosts store now")
     targets = {f.install_to: f.keep_if_present for f in host.files if f.install_to is not None}
     expected = expected_targets(host.roles)
@@ -161,7 +161,8 @@ def _file_problems(run_dir: Path, manifest: DeploymentManifest) -> list[str]:
 
 def _prepared_file_problem(path: Path, prepared: PreparedFile) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # O_NONBLOCK: opening a fifo planted here must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return "missing"
     except OSError:
