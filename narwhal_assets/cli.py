@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from narwhal_assets.commands import access, discover, install, interactive, plan
+from narwhal_assets.commands import access, discover, install, interactive, plan, prepare
 from narwhal_assets.core.errors import InputError, NarwhalError
 
 EXIT_FAILED = 1
@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="deploy-hosts", description=__doc__)
     parser.add_argument("--root", type=Path, default=None, help="management checkout (default: current directory)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (plan, discover, access, install, interactive):
+    for module in (plan, discover, prepare, access, install, interactive):
         module.register(sub)
     return parser
 

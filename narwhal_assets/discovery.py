@@ -24,8 +24,10 @@ from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config, launch_sources
 from narwhal_assets.core.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.policy import resolve_engine_field
+from narwhal_assets.core.prepare_inputs import discovery_inputs_digest
 from narwhal_assets.core.profiling import ProfilingLimits, build_profiling_limits
 from narwhal_assets.core.settings import DEPLOYMENT_ENV, Layer, Settings
+from narwhal_assets.inventory_file import current_inventory
 from narwhal_assets.privatefiles import ensure_private_dir, exclusive_lock, sha256_file, write_private
 from narwhal_assets.remote import previous_hashes, probe_script
 from narwhal_assets.remote.parse import ProbeOutputError, parse_probe_output, render_command_log
@@ -250,7 +252,9 @@ def publish_config(settings: Settings, run: DiscoveryRun, files: Mapping[Path, s
         for path in (settings.hosts_path, settings.known_hosts_path):
             if path.is_file():
                 digests[_relative(settings, path)] = sha256_file(path)
-        manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests}
+        manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests,
+                    # What `prepare` compares to refuse a config set made from other inputs.
+                    "inputs_sha256": discovery_inputs_digest(settings, current_inventory(settings))}  # fmt: skip
         write_private(run.run_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return digests
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's demo: install everything, start a three-host simulated fleet (real sshd in network
-# namespaces), then run the main job against it: plan, discover, check-access.
+# namespaces), then run the main job against it: plan, discover, check-access, prepare.
 # `bash scripts/demo.sh stop` removes the fleet again.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,8 +26,10 @@ source "$here/bootstrap.sh"
 stop_fleet
 # A new fleet has new hosts and host keys: start from a fresh demo checkout, or its saved inventory and
 # trust store would (rightly) refuse them.
+# The demo checkout is a clone of this repository: prepare ships one of its commits.
 rm -rf "$checkout"
-mkdir -p "$checkout"
+mkdir -p "$demo"
+git clone -q "$repo" "$checkout"
 chmod 0700 "$demo" "$checkout"
 # The demo checkout's .env: destinations of the simulated hosts plus the engine settings.
 python -m narwhal_assets.fleetsim start --dir "$fleet_dir" > "$checkout/.env"
@@ -47,12 +49,16 @@ echo "== deploy-hosts discover"
 deploy-hosts --root "$checkout" discover
 echo "== deploy-hosts check-access"
 deploy-hosts --root "$checkout" check-access
-echo "== deploy-hosts prepare / install: not yet available (the prepare and install issues come next)"
+echo "== deploy-hosts prepare"
+echo "NARWHAL_DEPLOYMENT_REVISION=$(git -C "$checkout" rev-parse HEAD)" >> "$checkout/.env"
+deploy-hosts --root "$checkout" prepare
+echo "== deploy-hosts install: not yet available (the install issue comes next)"
 cat <<MSG
 
 Where to look:
   $checkout/config/            generated private inputs (hosts, known hosts, fleet, launch records, deployment.env)
   $checkout/runs/discovery/    observations, checkpoint digests, command logs per discovery run
+  $checkout/runs/deployment-env/  prepared deployments: source.bundle, role files per host, manifest.json
   NARWHAL_ROOT=$checkout DAGSTER_HOME=$DAGSTER_HOME dagster dev -w $repo/workspace.yaml   # the UI
   deploy-hosts --root $checkout shell --role engine-2                 # a shell on the password host
 Stop the simulated fleet with: bash scripts/demo.sh stop

@@ -76,6 +76,8 @@ class DeploymentManifest(Record):
     remote_dir: str
     created_at: str
     bundle: PreparedFile
+    # `<out>/sources.json`: where every role-file value came from; stays on the workstation (no install_to).
+    sources: PreparedFile | None = None
     hosts: list[ManifestHost]
 
     @model_validator(mode="after")

@@ -215,6 +215,10 @@ class KnownHostsStore:
     def fingerprints(self, host: str, port: int) -> list[str]:
         return [key.fingerprint for key in self.keys_for(host, port)]
 
+    def key_blobs(self) -> list[str]:
+        """Every recorded key's base64 blob: what a copied host-key line would contain."""
+        return [line.key.blob_b64 for line in self._lines() if line.key]
+
     def _changed(
         self, subject: Subject, host: str, port: int, recorded: list[HostKey], presented: HostKey
     ) -> HostKeyChanged:
