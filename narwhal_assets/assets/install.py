@@ -12,8 +12,7 @@ from pathlib import Path
 import dagster as dg
 
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
-from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.manifest import MANIFEST_FILE
+from narwhal_assets.assets.prepare import DEPLOYMENT_MANIFEST, latest_out
 from narwhal_assets.installation import (
     HostInstallFailure,
     HostOutcome,
@@ -29,21 +28,18 @@ from narwhal_assets.ssh.trust import TrustMode
 
 GROUP = "installation"
 HOSTS = dg.DynamicPartitionsDefinition(name=HOSTS_PARTITIONS_NAME)
-MANIFEST_ASSET = dg.AssetKey("deployment_manifest")
 INSTALLATION = dg.AssetKey("host_installation")
-# Where the `deployment_manifest` materialization records its prepared directory (or its manifest file).
-PREPARED_METADATA_KEYS = ("out_dir", "path")
 
 
 class InstallConfig(dg.Config):
-    """`run_dir`: the prepared directory; empty means the one the latest `deployment_manifest` recorded."""
+    """`run_dir`: the prepared directory; empty means the latest `deployment_manifest` materialization's (lineage)."""
 
     run_dir: str = ""
 
 
 @dg.asset(
     partitions_def=HOSTS,
-    deps=[MANIFEST_ASSET],
+    deps=[DEPLOYMENT_MANIFEST],
     group_name=GROUP,
     kinds={"ssh"},
     description="~/Narwhal-deploy/<deployment id>/ on one host: the prepared run installed and verified",
@@ -54,7 +50,7 @@ def host_installation(
     """Verify the manifest against the checkout (every host), then install on this partition's host."""
     settings = narwhal.load()
     inventory = current_inventory(settings)
-    run_dir = Path(config.run_dir) if config.run_dir else latest_prepared_dir(context.instance)
+    run_dir = Path(config.run_dir) if config.run_dir else latest_out(context.instance, DEPLOYMENT_MANIFEST)[0]
     run = open_prepared_run(settings, inventory, run_dir)
     entry = inventory.host(context.partition_key)
     connector = ssh.connector(settings, TrustMode.STRICT)
@@ -82,17 +78,6 @@ def outcome_metadata(run: PreparedRun, outcome: HostOutcome) -> dict[str, object
         "seconds": round(outcome.seconds, 3),
         **({"message": outcome.message} if outcome.message else {}),
     }
-
-
-def latest_prepared_dir(instance: dg.DagsterInstance) -> Path:
-    """The prepared directory of the latest `deployment_manifest` materialization (its lineage)."""
-    event = instance.get_latest_materialization_event(MANIFEST_ASSET)
-    metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
-    for key in PREPARED_METADATA_KEYS:
-        if key in metadata:
-            path = Path(str(metadata[key].value))
-            return path.parent if path.name == MANIFEST_FILE else path
-    raise InputError(["deployment_manifest has never been materialized: run `deploy-hosts prepare` or set run_dir"])
 
 
 install_job = dg.define_asset_job(

@@ -21,13 +21,11 @@ from pydantic import ValidationError
 from narwhal_assets.core.errors import InputError, raise_if
 from narwhal_assets.core.inventory import HostEntry, Inventory
 from narwhal_assets.core.manifest import BUNDLE_FILE, MANIFEST_FILE, DeploymentManifest, ManifestHost, PreparedFile
+from narwhal_assets.core.role_env import REMOTE_ENV_DIR, REMOTE_FLEET, REMOTE_TOOLS_DIR, TOOLS
 from narwhal_assets.core.roles import Role
+from narwhal_assets.core.settings import PROFILING_LIMITS_FILE
 
 FIX = "prepare a new run (`deploy-hosts prepare`)"
-DEPLOYMENT_DIR = "runs/deployment"
-TOOLS_DIR = "runs/deployment-tools"
-TOOLS = ("launch_engine.py", "fabric_budget.py", "cache_capture_hook.py")
-FLEET_INSTALLED = f"{DEPLOYMENT_DIR}/fleet.json"
 
 
 @dataclass(frozen=True)
@@ -48,14 +46,14 @@ def expected_targets(roles: list[str]) -> dict[str, bool]:
     targets: dict[str, bool] = {}
     parsed = [r for r in (Role.parse(name) for name in roles) if r is not None]
     for role in parsed:
-        targets[f"{DEPLOYMENT_DIR}/{role.env_file}"] = False
+        targets[f"{REMOTE_ENV_DIR}/{role.env_file}"] = False
         if role.is_engine:
             targets[f"config/{role.launch_file}"] = False
         else:
-            targets[FLEET_INSTALLED] = True
-            targets[f"{DEPLOYMENT_DIR}/profiling-limits.json"] = False
+            targets[REMOTE_FLEET] = True
+            targets[f"{REMOTE_ENV_DIR}/{PROFILING_LIMITS_FILE}"] = False
     if any(role.is_engine for role in parsed):
-        targets.update({f"{TOOLS_DIR}/{tool}": False for tool in TOOLS})
+        targets.update({f"{REMOTE_TOOLS_DIR}/{tool}": False for tool in TOOLS.values()})
     return targets
 
 
@@ -151,7 +149,8 @@ def _file_problems(run_dir: Path, manifest: DeploymentManifest) -> list[str]:
     problems = []
     if manifest.bundle.path != BUNDLE_FILE:
         problems.append(f"{run_dir / MANIFEST_FILE}: bundle.path must be {BUNDLE_FILE}")
-    for prepared in [manifest.bundle, *(f for host in manifest.hosts for f in host.files)]:
+    pinned = [manifest.bundle, *([manifest.sources] if manifest.sources else [])]
+    for prepared in [*pinned, *(f for host in manifest.hosts for f in host.files)]:
         path = run_dir / prepared.path
         problem = _prepared_file_problem(path, prepared)
         if problem:
