@@ -12,7 +12,7 @@ import hashlib
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,6 @@ class HostOutcome:
     files_verified: int = 0
     seconds: float = 0.0
     remote_dir: str = ""
-    steps: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -36,9 +36,9 @@ def role_shell_command(remote_dir: str, role: Role, command: str | None) -> str:
     """
     final = "-i" if command is None else f"-c {shlex.quote(command)}"
     inner = (
-        f'cd "$HOME"/{remote_dir}/checkout || exit 1; '
-        f'test -f ../installed || {{ echo "{remote_dir} is not installed here: run deploy-hosts install" >&2; '
-        "exit 1; }; "
+        f'{{ cd "$HOME"/{remote_dir} && test -f installed; }} 2>/dev/null || '
+        f'{{ echo "{remote_dir} is not installed here: run deploy-hosts install" >&2; exit 1; }}; '
+        "cd checkout || exit 1; "
         f"set +x; . runs/deployment/{role.env_file} || exit 1; . .venv/bin/activate || exit 1; "
         f"exec bash --noprofile --norc {final}"
     )

@@ -14,11 +14,14 @@ import os
 import pwd
 import re
 import shutil
+import signal
+import socket
 import stat
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -200,6 +203,12 @@ def test_tampered_remote_file_stops_only_that_host(
     assert "host node-2 failed at gate 'verify file'" in err and ".env.engine-2" in err
     assert target.read_bytes() == b"export TAMPERED=1\n", "a mismatch leaves the host's content as it was"
     assert partition_metadata("node-3")["outcome"] == "reused"
+    with dg.DagsterInstance.get() as instance:
+        [observed] = instance.fetch_observations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("host_installation"), asset_partitions=["node-2"]), limit=1
+        ).records
+    assert observed.asset_observation is not None
+    assert observed.asset_observation.metadata["outcome"].value == "failed: verify file"
 
     link = remote_dir(fleet, "node-3", prepared) / "source.bundle"
     link.unlink()
@@ -378,3 +387,61 @@ def _no_leftover_flags(fleet: SimFleet) -> Iterator[None]:
     yield
     for name in HOST_IDS:
         (fleet.host(name).home / SLOW_FLAG).unlink(missing_ok=True)
+
+
+def test_ui_backfill_over_all_partitions_installs_every_host(
+    discovered: Path, fleet: SimFleet, tmp_path: Path
+) -> None:
+    """`dagster dev` (webserver and daemon): a backfill of host_installation over every partition, launched
+    through the UI's GraphQL API, installs the run that `prepare` recorded last (lineage, no run config)."""
+    repo = Path(__file__).resolve().parents[2]
+    home = tmp_path / "ui-dagster"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NARWHAL_", "DAGSTER_"))}
+    env.update(NARWHAL_ROOT=str(discovered), DAGSTER_HOME=str(home))
+    bin_dir = Path(sys.executable).parent
+    argv = [str(bin_dir / "deploy-hosts"), "--root", str(discovered), "prepare", "--out", str(tmp_path / "ui-run")]
+    prepared = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert prepared.returncode == 0, prepared.stderr
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions("narwhal_hosts", list(HOST_IDS.values()))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([str(bin_dir / "dagster"), "dev", "-w", str(repo / "workspace.yaml"), "-h",
+                               "127.0.0.1", "-p", str(port)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: _graphql(port, "{ version }") is not None, "the webserver", limit=300)
+        launched = _graphql(port, LAUNCH_BACKFILL)
+        assert launched is not None
+        backfill_id = launched["launchPartitionBackfill"]["backfillId"]
+
+        def finished() -> bool:
+            answer = _graphql(port, BACKFILL_STATUS % json.dumps(backfill_id))
+            return answer is not None and answer["partitionBackfillOrError"]["status"] not in ("REQUESTED",)
+
+        wait_for(finished, "the backfill", limit=900)
+        answer = _graphql(port, BACKFILL_STATUS % json.dumps(backfill_id))
+        assert answer is not None and answer["partitionBackfillOrError"]["status"] == "COMPLETED_SUCCESS", answer
+    finally:
+        os.killpg(server.pid, signal.SIGINT)
+        server.wait(timeout=120)
+    for host_id in HOST_IDS.values():
+        assert (remote_dir(fleet, host_id, tmp_path / "ui-run") / "installed").exists()
+
+
+LAUNCH_BACKFILL = """mutation { launchPartitionBackfill(backfillParams: {
+  assetSelection: [{path: ["host_installation"]}], allPartitions: true}) {
+  ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
+BACKFILL_STATUS = "{ partitionBackfillOrError(backfillId: %s) { ... on PartitionBackfill { status } } }"
+
+
+def _graphql(port: int, query: str) -> dict | None:
+    """POST one GraphQL query to the local webserver; None while it does not answer."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # loopback only
+            return json.loads(response.read())["data"]
+    except (OSError, ValueError, KeyError):
+        return None
