@@ -153,7 +153,9 @@ def connect_and_install(
     began = time.monotonic()
     try:
         with connector.connect(access) as connection:
-            return install_host(connection, run, commands)
+            outcome = install_host(connection, run, commands)
+        outcome.seconds = time.monotonic() - began  # the connection included
+        return outcome
     except NarwhalError as exc:
         outcome = HostOutcome(access.host_id, gate="connection", message=terminal_safe(str(exc)),
                               remote_dir=run.manifest.remote_dir, seconds=time.monotonic() - began)  # fmt: skip
@@ -181,10 +183,10 @@ def install_host(connection: HostConnection, run: PreparedRun, commands: Install
         outcome.files_verified = report.files_verified
         if report.outcome != "reused":
             send = [(f, p) for f, p in files if report.files.get(f.name) != "present"]
-            payloads = [_read_pinned(run.run_dir, p) for _, p in send]
+            payloads = [_read_pinned(host.id, run.run_dir, p) for _, p in send]
             params["send"] = [f.name for f, _ in send]
-            report = _call(connection, log, {**params, "action": "install"}, payloads)
             outcome.bytes_sent = sum(len(p) for p in payloads)
+            report = _call(connection, log, {**params, "action": "install"}, payloads)
             outcome.files_sent = report.files_received
             params.pop("send")
             report = _call(connection, log, {**params, "action": "commit"}, [])
@@ -217,11 +219,12 @@ def _call(connection: HostConnection, log: HostLog, params: dict[str, Any], payl
     return report
 
 
-def _read_pinned(run_dir: Path, prepared: PreparedFile) -> bytes:
+def _read_pinned(host_id: str, run_dir: Path, prepared: PreparedFile) -> bytes:
     """The file's bytes, re-checked against the manifest: what is sent is exactly what was verified."""
     data = (run_dir / prepared.path).read_bytes()
     if hashlib.sha256(data).hexdigest() != prepared.sha256:
-        raise InputError([f"{run_dir / prepared.path}: changed after the manifest check; prepare a new run"])
+        raise HostInstallFailure(host_id, "prepared file", f"{run_dir / prepared.path}: changed after the manifest "
+                                 "check; prepare a new run")  # fmt: skip
     return data
 
 

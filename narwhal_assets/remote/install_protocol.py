@@ -24,8 +24,6 @@ BOOTSTRAP = (
 )
 REPORT_LIMIT = 8 << 20
 Action = Literal["inspect", "install", "commit"]
-GATES = ("connection", "lock", "transfer", "verify file", "marker", "checkout", "place file", "venv", "install",
-         "check", "interrupted", "io", "report")  # fmt: skip
 
 
 class InstallFile(BaseModel):
