@@ -129,7 +129,8 @@ def _check_tree(settings: Settings, revision: str) -> None:
                if p.is_relative_to(settings.root)]  # fmt: skip
     found = private_tree_paths(tree_paths(settings.root, revision), private)
     if found:
-        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        shown = ", ".join(p if p.isprintable() else ascii(p) for p in found[:5])
+        shown += f" and {len(found) - 5} more" if len(found) > 5 else ""
         raise InputError([f"{REVISION}: the tree of {revision} contains private files ({shown}): secrets committed by "
                           "mistake; remove them from history and choose a clean revision"])  # fmt: skip
 

@@ -144,7 +144,8 @@ def prepared_files_hold_no_access(
     for path in sorted(out.rglob("*")):
         if path.is_file() and path.name != BUNDLE_FILE:
             scanned += 1
-            text = path.read_bytes()[:MAX_SCAN_BYTES].decode("utf-8", "replace")
+            with path.open("rb") as handle:
+                text = handle.read(MAX_SCAN_BYTES).decode("utf-8", "replace")
             leaks += [f"{path.relative_to(out)}: contains {label}" for label in findings(text, needles)]
     return dg.AssetCheckResult(
         passed=not leaks,
