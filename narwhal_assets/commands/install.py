@@ -20,26 +20,13 @@ import dagster as dg
 from narwhal_assets.assets.install import INSTALLATION, install_job
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.commands.context import Checkout
-from narwhal_assets.core.errors import InputError, NarwhalError, raise_if
-from narwhal_assets.core.inventory import HostEntry, Inventory
+from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.inventory import HostEntry
 from narwhal_assets.installation import HostInstallFailure, HostOutcome, open_prepared_run
 from narwhal_assets.runner import QUIET, operator_instance
 
 EXIT_FAILED = 1
 DEFAULT_PARALLEL = 8
-
-
-def select(inventory: Inventory, hosts: list[str], roles: list[str]) -> list[HostEntry]:
-    """Hosts named by `--host`, or owning a `--role` (colocated roles come along), in inventory order."""
-    known = set(inventory.host_ids())
-    owned = {role: entry.id for entry in inventory.hosts for role in entry.roles}
-    problems = [f"--host {h}: no such host in the inventory (known: {', '.join(inventory.host_ids())})"
-                for h in hosts if h not in known]  # fmt: skip
-    problems += [f"--role {r}: no host owns this role (roles: {', '.join(sorted(owned))})" for r in roles
-                 if r not in owned]  # fmt: skip
-    raise_if(problems)
-    wanted = set(hosts) | {owned[r] for r in roles}
-    return [entry for entry in inventory.hosts if not wanted or entry.id in wanted]
 
 
 def install_job_for(root: Path) -> dg.JobDefinition:
@@ -95,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_parallel < 1:
         raise InputError(["--max-parallel: must be 1 or more"])
     checkout = Checkout.open(args.root)
-    entries = select(checkout.inventory, args.host or [], args.role or [])
+    entries = checkout.selected(args)
     prepared = open_prepared_run(checkout.settings, checkout.inventory, args.run)
     instance = operator_instance(args.root)
     known = set(instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))

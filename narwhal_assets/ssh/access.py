@@ -12,10 +12,19 @@ from narwhal_assets.ssh.trust import KnownHostsStore, TrustMode
 
 
 def select_hosts(inventory: Inventory, host_ids: Sequence[str] = (), roles: Sequence[str] = ()) -> list[HostEntry]:
-    """Hosts named by `--host` or owning a `--role` (colocated roles come along); all when none given."""
+    """Hosts named by `--host` or owning a `--role` (colocated roles come along), in inventory order; all when
+    none given. Every unknown id and role is reported at once."""
     if not host_ids and not roles:
         return list(inventory.hosts)
-    wanted = {inventory.host(h).id for h in host_ids} | {inventory.host_for_role(r).id for r in roles}
+    wanted: set[str] = set()
+    problems: list[str] = []
+    for flag, names, lookup in (("--host", host_ids, inventory.host), ("--role", roles, inventory.host_for_role)):
+        for name in names:
+            try:
+                wanted.add(lookup(name).id)
+            except InputError as exc:
+                problems += [f"{flag} {name}: {problem}" for problem in exc.problems]
+    raise_if(problems)
     return [entry for entry in inventory.hosts if entry.id in wanted]
 
 
