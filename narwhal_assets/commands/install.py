@@ -74,7 +74,7 @@ def workers(count: int) -> ProcessPoolExecutor:
     """Worker processes forked from a server that imported this module once (cheap per host, no inherited
     threads or open storage from the caller)."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload([__name__, "narwhal_assets.definitions"])
     return ProcessPoolExecutor(max_workers=count, mp_context=context)
 
 
