@@ -48,7 +48,7 @@ def role_shell_command(remote_dir: str, role: Role, command: str | None) -> str:
 def build(args: argparse.Namespace) -> OpenSshCommand:
     checkout = Checkout.open(args.root)
     entry = checkout.inventory.host_for_role(args.role)
-    remote_command, command = None, getattr(args, "command", None)
+    remote_command, command = None, getattr(args, "run_command", None)  # `args.command` is the subcommand
     if getattr(args, "run", None) is not None:
         prepared = open_prepared_run(checkout.settings, checkout.inventory, args.run)
         role = Role.parse(args.role)
@@ -92,8 +92,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sh.add_argument("--role", required=True, metavar="ROLE", help="router or engine-<n>: the host owning it")
     sh.add_argument("--run", type=Path, metavar="DIR", help="a prepared and installed run: enter its checkout, "
                     "load runs/deployment/.env.ROLE (tracing off), activate .venv")  # fmt: skip
-    sh.add_argument("--command", metavar="CMD", help="with --run: run CMD in that environment without a TTY "
-                    "instead of an interactive bash")  # fmt: skip
+    sh.add_argument("--command", dest="run_command", metavar="CMD", help="with --run: run CMD in that "
+                    "environment without a TTY instead of an interactive bash")  # fmt: skip
     sh.set_defaults(func=shell)
     tn = sub.add_parser("tunnel", help="forward a local port to the host owning --role")
     tn.add_argument("--role", required=True, metavar="ROLE", help="router or engine-<n>: the host owning it")

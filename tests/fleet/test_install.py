@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
+import pexpect
 import pytest
 import test_discovery
 from test_discovery import DESTINATIONS, HOST_IDS, PASSWORD, assert_nowhere, cli, make_checkout, source_env
@@ -351,6 +352,21 @@ def test_role_shells_load_only_their_own_environment(
     checkout = f"{fleet.host('h1').remote_home}/{manifest_of(prepared).remote_dir}/checkout"
     assert (port, cwd, python) == ("unset", checkout, f"{checkout}/.venv/bin/python")
     assert PASSWORD not in done.stdout + done.stderr
+
+    # interactive, with a TTY, on the password host: only engine-2's variables, the venv active
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
+    child = pexpect.spawn(sys.executable, ["-m", "narwhal_assets", "--root", str(discovered), "shell", "--run",
+                                           str(prepared), "--role", "engine-2"], env=env, encoding="utf-8",
+                          timeout=60)  # fmt: skip
+    try:
+        child.sendline('echo "marker:$NARWHAL_ENGINE_PORT:${NARWHAL_ROUTER_URL-unset}:${VIRTUAL_ENV##*/}:$-"')
+        expected = source_env(prepared / "node-2" / ".env.engine-2")["NARWHAL_ENGINE_PORT"]
+        child.expect(f"marker:{re.escape(expected)}:unset:.venv:[a-zA-Z]*i")
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
 
 
 def test_shell_refuses_a_run_that_is_not_installed_there(
