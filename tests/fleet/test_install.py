@@ -361,7 +361,7 @@ def test_role_shells_load_only_their_own_environment(
     try:
         child.sendline('echo "marker:$NARWHAL_ENGINE_PORT:${NARWHAL_ROUTER_URL-unset}:${VIRTUAL_ENV##*/}:$-"')
         expected = source_env(prepared / "node-2" / ".env.engine-2")["NARWHAL_ENGINE_PORT"]
-        child.expect(f"marker:{re.escape(expected)}:unset:.venv:[a-zA-Z]*i")
+        child.expect(f"marker:{re.escape(expected)}:unset:.venv:[a-zA-Z]*i[a-zA-Z]*\r")
         child.sendline("exit")
         child.expect(pexpect.EOF)
     finally:
