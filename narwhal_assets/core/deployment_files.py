@@ -63,7 +63,8 @@ def host_files(
     files = []
     for role in roles:
         env = environments[role.name]
-        files.append(PlannedFile(env.path, f"{REMOTE_ENV_DIR}/{role.env_file}", env.render().encode("utf-8")))
+        files.append(PlannedFile(f"{entry.id}/{role.env_file}", f"{REMOTE_ENV_DIR}/{role.env_file}",
+                                 env.render().encode("utf-8")))  # fmt: skip
         if role.is_engine:
             files.append(_launch_file(entry.id, role, published))
     if any(role.is_engine for role in roles):

@@ -106,7 +106,7 @@ class RoleEnvironment:
 
     def render(self) -> str:
         """Sorted `export NAME='literal'` lines; bash reads back exactly the original bytes."""
-        return render_exports({name: export.value for name, export in self.exports.items()})
+        return render_exports(self.values())
 
     def values(self) -> dict[str, str]:
         return {name: export.value for name, export in self.exports.items()}

@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from test_envfile import HYPO, VALUES, bash_view, needs_bash
 
 from narwhal_assets.core.access_secrets import Needle
+from narwhal_assets.core.deployment_files import PublishedSet, host_files
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.fleet import EngineCredential, Fleet, FleetEngine, Hardware
 from narwhal_assets.core.inventory import HostEntry, Inventory
+from narwhal_assets.core.launch_models import EngineLaunchConfig
 from narwhal_assets.core.prepare_inputs import check_revision, discovery_inputs_digest, private_tree_paths
 from narwhal_assets.core.role_env import ExportInputs, RoleEnvironment, build_role_environments, role_sources
 from narwhal_assets.core.settings import Layer, Settings
@@ -300,3 +302,29 @@ def test_needles_match_whole_tokens_only() -> None:
     assert needle.found_in("export X='gpu-a'") and needle.found_in("ssh gpu-a\n") and needle.found_in("gpu-a")
     assert not needle.found_in("gpu-ab") and not needle.found_in("my-gpu-a") and not needle.found_in("ops@gpu-a")
     assert Needle("key", "AAAA", whole_token=False).found_in("xAAAAx")
+
+
+# --- layout: which files each host gets and where install puts them -------------------------------------
+
+
+def test_a_router_only_host_gets_its_role_file_fleet_and_limits_but_no_engine_tools() -> None:
+    router_host = HostEntry(id="router", ssh_env="NARWHAL_ROUTER_SSH", roles=["router"])
+    published = PublishedSet(launch=EngineLaunchConfig(engines={}), fleet_bytes=b"{fleet}\n",
+                             profiling_limits_bytes=b"{limits}\n", fleet_roles={1: "prefill", 2: "decode"})  # fmt: skip
+    environments = build()
+    files = host_files(router_host, environments, published, tools={})
+    assert [(f.path, f.install_to, f.keep_if_present) for f in files] == [
+        ("router/.env.router", "runs/deployment/.env.router", False),
+        ("router/fleet.local.json", "runs/deployment/fleet.json", True),
+        ("router/profiling-limits.json", "runs/deployment/profiling-limits.json", False),
+    ]
+    assert files[0].data == environments["router"].render().encode()
+    assert [f.prepared().size for f in files[1:]] == [8, 9]
+
+
+def test_an_engine_missing_from_the_fleet_is_an_error() -> None:
+    published = PublishedSet(launch=EngineLaunchConfig(engines={}), fleet_bytes=b"", profiling_limits_bytes=b"",
+                             fleet_roles={1: "prefill"})  # fmt: skip
+    with pytest.raises(InputError) as info:
+        host_files(INVENTORY.hosts[1], build(), published, tools={})
+    assert info.value.problems == ["fleet: engines: no engine n2 for engine-2; run `deploy-hosts discover`"]
