@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from narwhal_assets.configset import recover_publish
+from narwhal_assets.core.errors import InputError, Problems
 from narwhal_assets.core.inventory import HostEntry, Inventory, derive_inventory, load_inventory, validate_inventory
 from narwhal_assets.core.settings import Settings
 from narwhal_assets.privatefiles import write_private
@@ -49,10 +50,20 @@ class Checkout:
         return self.settings.root
 
     def select(self, host_ids: Sequence[str] = (), roles: Sequence[str] = ()) -> list[HostEntry]:
-        """Hosts named by `--host` or owning a `--role` (colocated roles come along); all when none given."""
+        """Hosts named by `--host` or owning a `--role` (colocated roles come along), in inventory order; all
+        when none given. Every unknown id and role is reported at once."""
         if not host_ids and not roles:
             return list(self.inventory.hosts)
-        wanted = {self.inventory.host(h).id for h in host_ids} | {self.inventory.host_for_role(r).id for r in roles}
+        wanted: set[str] = set()
+        problems = Problems()
+        inventory = self.inventory
+        for flag, names, lookup in (("--host", host_ids, inventory.host), ("--role", roles, inventory.host_for_role)):
+            for name in names:
+                try:
+                    wanted.add(lookup(name).id)
+                except InputError as exc:
+                    problems += [f"{flag} {name}: {problem}" for problem in exc.problems]
+        problems.raise_if_any()
         return [entry for entry in self.inventory.hosts if entry.id in wanted]
 
     def save_inventory(self) -> str:

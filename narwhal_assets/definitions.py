@@ -9,6 +9,7 @@ import dagster as dg
 from narwhal_assets.assets.checks import checkpoint_replicas_agree, generated_files_private, known_hosts_cover_inventory
 from narwhal_assets.assets.discovery import discovered_config, host_discovery
 from narwhal_assets.assets.freshness import discovered_set_fresh, discovery_freshness_sensor
+from narwhal_assets.assets.install import host_installation, install_job
 from narwhal_assets.assets.inventory import host_inventory
 from narwhal_assets.assets.prepare import PREPARE_CHECKS, prepare_deployment
 from narwhal_assets.resources import ManagementCheckout, SshSettings
@@ -20,7 +21,7 @@ from narwhal_assets.sensors import inventory_sensor, rediscovery_sensor
 os.umask(0o077)
 
 DISCOVERY_ASSETS = [host_inventory, host_discovery, discovered_config]
-ALL_ASSETS = [*DISCOVERY_ASSETS, prepare_deployment]
+ALL_ASSETS = [*DISCOVERY_ASSETS, prepare_deployment, host_installation]
 ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     known_hosts_cover_inventory,
     checkpoint_replicas_agree,
@@ -44,7 +45,7 @@ prepare_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(prepare_deployment),
     description="One verified deployment directory from the discovered config set",
 )
-JOBS = [discovery_job, prepare_job]
+JOBS = [discovery_job, prepare_job, install_job]
 
 
 def make_definitions(root: str = "") -> dg.Definitions:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's demo: install everything, start a three-host simulated fleet (real sshd in network
-# namespaces), then run the main job against it: plan, discover, check-access, prepare.
+# namespaces), then run the whole sequence against it: plan, discover, check-access, prepare, install, and a
+# command in a role shell.
 # `bash scripts/demo.sh stop` removes the fleet again.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -39,6 +40,9 @@ NARWHAL_ENGINE_MODEL_NAME=demo-model
 NARWHAL_MODEL_DIR=/srv/models/demo-model
 NARWHAL_RUN_DIR=/var/tmp/narwhal-run
 NARWHAL_FABRIC_INTERFACE=fab0
+# The simulated hosts have no package index: link the checkout into .venv, then import from it.
+NARWHAL_REMOTE_INSTALL="python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0], \"checkout.pth\").write_text(str(pathlib.Path.cwd()) + chr(10))'"
+NARWHAL_REMOTE_CHECK='python -I -c "import narwhal_assets.tools.fabric_budget"'
 ENV
 chmod 0600 "$checkout/.env"
 export DAGSTER_HOME="$checkout/runs/dagster"
@@ -52,16 +56,26 @@ echo "== deploy-hosts check-access"
 "$deploy" --root "$checkout" check-access
 echo "== deploy-hosts prepare"
 echo "NARWHAL_DEPLOYMENT_REVISION=$(git -C "$checkout" rev-parse HEAD)" >> "$checkout/.env"
-"$deploy" --root "$checkout" prepare
+run="$checkout/runs/deployment-env/demo-$(date -u +%Y%m%dT%H%M%SZ)"
+"$deploy" --root "$checkout" prepare --out "$run"
+echo "== deploy-hosts install"
+"$deploy" --root "$checkout" install --run "$run"
+echo "== deploy-hosts install (again: everything verified and reused, nothing sent)"
+"$deploy" --root "$checkout" install --run "$run"
+echo "== deploy-hosts shell --run ... --role engine-2 --command ..."
+"$deploy" --root "$checkout" shell --run "$run" --role engine-2 \
+  --command 'printf "engine-2 on %s: port %s, python %s\n" "$(hostname)" "$NARWHAL_ENGINE_PORT" "$(command -v python)"'
 cat <<MSG
 
 Where to look:
   $checkout/config/            generated private inputs (hosts, known hosts, fleet, launch records, deployment.env)
   $checkout/runs/discovery/    observations, checkpoint digests, command logs per discovery run
   $checkout/runs/deployment-env/  prepared deployments: source.bundle, role files per host, manifest.json
+  $run/logs/   install logs per host (scripts sent, exit status, output)
 Try (each works as printed, from any directory):
   $deploy --root $checkout plan
   $deploy --root $checkout check-access --role engine-2
+  $deploy --root $checkout shell --run $run --role router                # the router's role shell
   $deploy --root $checkout shell --role engine-2                          # a shell on the password host
   cd $repo && NARWHAL_ROOT=$checkout DAGSTER_HOME=$DAGSTER_HOME .venv/bin/dagster dev -w workspace.yaml   # the UI
 Stop the simulated fleet with: bash $repo/scripts/demo.sh stop

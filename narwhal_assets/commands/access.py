@@ -85,7 +85,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--timeout", type=seconds, default=10.0, help="connect and command timeout (s, default 10)")
     check.set_defaults(func=check_access)
     replace = sub.add_parser("trust", help="replace a host's key after verifying it out of band")
-    replace.add_argument("--host", dest="host_id", required=True, metavar="ID")
-    replace.add_argument("--fingerprint", required=True, metavar="SHA256:...")
+    replace.add_argument("--host", dest="host_id", required=True, metavar="ID", help="the inventory host id")
+    replace.add_argument("--fingerprint", required=True, metavar="SHA256:...",
+                         help="the new key's fingerprint, verified out of band")  # fmt: skip
     replace.add_argument("--timeout", type=seconds, default=10.0, help="connect timeout (s, default 10)")
     replace.set_defaults(func=trust)

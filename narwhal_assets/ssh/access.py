@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from narwhal_assets.core.errors import InputError, raise_if
-from narwhal_assets.core.inventory import HostEntry, Inventory
+from narwhal_assets.core.inventory import HostEntry
 from narwhal_assets.core.settings import Settings
 from narwhal_assets.ssh.openssh import MAX_PASSWORD_BYTES
 from narwhal_assets.ssh.transport import (
@@ -29,14 +29,6 @@ BOUNDS: dict[str, tuple[float, float, float]] = {
     ALIVE_COUNT_ENV: (DEFAULT_ALIVE_COUNT, 1, 100),
     HOST_TIMEOUT_ENV: (DEFAULT_HOST_TIMEOUT, 1.0, 86400.0),
 }
-
-
-def select_hosts(inventory: Inventory, host_ids: Sequence[str] = (), roles: Sequence[str] = ()) -> list[HostEntry]:
-    """Hosts named by `--host` or owning a `--role` (colocated roles come along); all when none given."""
-    if not host_ids and not roles:
-        return list(inventory.hosts)
-    wanted = {inventory.host(h).id for h in host_ids} | {inventory.host_for_role(r).id for r in roles}
-    return [entry for entry in inventory.hosts if entry.id in wanted]
 
 
 def host_access(settings: Settings, entry: HostEntry) -> HostAccess:

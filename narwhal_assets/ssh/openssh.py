@@ -88,8 +88,10 @@ def openssh_command(
     password: str | None = None,
     remote_command: str | None = None,
     forward: tuple[int, str, int] | None = None,
+    tty: bool = True,
 ) -> OpenSshCommand:
-    """Build `ssh -t ... alias [command]` or, with `forward`, `ssh -N -L ...` for a tunnel."""
+    """Build `ssh -t ... alias [command]` (`-T` without `tty`: exact output for scripts) or, with `forward`,
+    `ssh -N -L ...` for a tunnel."""
     argv = [SSH, *_hop_argv(endpoint, known_hosts, ssh_config)]
     if password is not None:
         argv += ["-o", "PreferredAuthentications=password,keyboard-interactive", "-o", "PubkeyAuthentication=no"]
@@ -97,7 +99,7 @@ def openssh_command(
         local, remote_host, remote_port = forward
         argv += ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local}:{remote_host}:{remote_port}"]
     else:
-        argv.append("-t")
+        argv.append("-t" if tty else "-T")
     argv += ["--", endpoint.alias]
     if remote_command is not None:
         argv.append(remote_command)

@@ -1,0 +1,143 @@
+"""Install of a prepared run on N simulated hosts: parallel against serial, and the reinstall (reuse) path.
+
+Bars (DESIGN.md section 9, printed, never asserted): a first install of 8 hosts in parallel is >= 3x faster
+than the same install with `--max-parallel 1`; a complete reinstall sends 0 bytes and takes < 1 s per host.
+Also printed: workstation CPU seconds per host (the `deploy-hosts install` process and its worker
+processes, measured as reaped children). Each install is a fresh `deploy-hosts` process, as an operator
+runs it, against the same discovered checkout; every first install uses its own prepared run (a new
+deployment id, so nothing is reused). Needs root (network namespaces and real sshd).
+
+    .venv/bin/python benchmarks/bench_install.py [--hosts 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import io
+import os
+import re
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from narwhal_assets.cli import main as deploy_hosts
+from narwhal_assets.fleetsim import SimFleet
+
+PR_SET_CHILD_SUBREAPER = 36
+ENGINE_ENV = [
+    "NARWHAL_ENGINE_MODEL_NAME=bench",
+    "NARWHAL_MODEL_DIR=/srv/models/bench",
+    "NARWHAL_RUN_DIR=/var/tmp/narwhal-run",
+    "NARWHAL_FABRIC_INTERFACE=fab0",
+    # The simulated hosts have no network: link the checkout into .venv, then import from it.
+    "NARWHAL_REMOTE_INSTALL=" + shlex.quote("python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0],"
+                                            " \"checkout.pth\").write_text(str(pathlib.Path.cwd()) + chr(10))'"),
+    "NARWHAL_REMOTE_CHECK=" + shlex.quote("python -I -c 'import app'"),
+]
+LINE_RE = re.compile(r"^  (\S+)\s+roles=\S+\s+(installed|reused) \((\d+) files, (\d+) bytes sent; ([0-9.]+) s\)$", re.M)
+
+
+def git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}  # fmt: skip
+    return subprocess.run(["git", "-C", str(root), *args], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
+def checkout(workdir: Path, fleet: SimFleet, hosts: int) -> Path:
+    """A git checkout with a tiny app, its .env for the fleet, discovered once."""
+    root = workdir / "checkout"
+    (root / "app").mkdir(parents=True)
+    (root / "app" / "__init__.py").write_text("")
+    (root / ".gitignore").write_text("/.env\n/config/*.json\n/config/*.env\n/config/ssh.known_hosts*\n/runs/\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "bench")
+    roles = {f"engine-{n}": f"h{n}" for n in range(1, hosts + 1)} | {"router": "h1"}
+    image = f"NARWHAL_ENGINE_IMAGE={fleet.host('h1').image_ref}"
+    (root / ".env").write_text("\n".join([*fleet.env_lines(roles), image, *ENGINE_ENV]) + "\n")
+    os.environ["DAGSTER_HOME"] = str(root / "runs" / "dagster")
+    with contextlib.redirect_stdout(io.StringIO()):
+        if deploy_hosts(["--root", str(root), "discover"]) != 0:
+            raise SystemExit("discovery failed")
+    with (root / ".env").open("a") as env:
+        env.write(f"NARWHAL_DEPLOYMENT_REVISION={git(root, 'rev-parse', 'HEAD')}\n")
+    return root
+
+
+def prepare(root: Path, out: Path) -> Path:
+    with contextlib.redirect_stdout(io.StringIO()):
+        if deploy_hosts(["--root", str(root), "prepare", "--out", str(out)]) != 0:
+            raise SystemExit("prepare failed")
+    return out
+
+
+def install(root: Path, run: Path, *args: str) -> tuple[float, float, dict[str, tuple[str, int, float]]]:
+    """Wall seconds, workstation CPU seconds (this install's processes) and host -> (outcome, bytes, s)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "narwhal_assets", "--root", str(root), "install", "--run", str(run),
+                           *args], capture_output=True, text=True, check=False)  # fmt: skip
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"install failed:\n{done.stdout}{done.stderr}")
+    _reap_orphans()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    hosts = {m.group(1): (m.group(2), int(m.group(4)), float(m.group(5))) for m in LINE_RE.finditer(done.stdout)}
+    return wall, cpu, hosts
+
+
+def _reap_orphans() -> None:
+    """Wait for the install's fork server and workers, re-parented here, so their CPU time is counted."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--hosts", type=int, default=8)
+    args = parser.parse_args()
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    with tempfile.TemporaryDirectory(prefix="narwhal-bench-") as tmp, SimFleet(Path(tmp) / "fleet") as fleet:
+        workdir = Path(tmp)
+        workdir.chmod(0o711)
+        for number in range(1, args.hosts + 1):
+            fleet.add_host(f"h{number}", gpus=1)
+        fleet.start()
+        fleet.write_model("bench", {"weights.bin": b"\0" * 4096}, {"model_type": "llama"})
+        root = checkout(workdir, fleet, args.hosts)
+        serial_wall, serial_cpu, _ = install(root, prepare(root, workdir / "run-serial"), "--max-parallel", "1")
+        parallel_run = prepare(root, workdir / "run-parallel")
+        parallel_wall, parallel_cpu, first = install(root, parallel_run, "--max-parallel", str(args.hosts))
+        again_wall, again_cpu, again = install(root, parallel_run, "--max-parallel", str(args.hosts))
+    n = args.hosts
+    print(f"{n} simulated hosts, {os.cpu_count()} CPUs here (shared by the workstation and every host's sshd,")
+    print("installer, git, venv and install commands, which real hosts run on their own CPUs)")
+    print(f"{'install':<28}{'wall s':>9}{'workstation cpu s/host':>25}{'bytes sent':>12}")
+    print(f"{'first, --max-parallel 1':<28}{serial_wall:>9.2f}{serial_cpu / n:>25.2f}{'':>12}")
+    sent = sum(b for _, b, _ in first.values())
+    print(f"{'first, --max-parallel ' + str(n):<28}{parallel_wall:>9.2f}{parallel_cpu / n:>25.2f}{sent:>12}")
+    resent = sum(b for _, b, _ in again.values())
+    print(f"{'reinstall (reuse)':<28}{again_wall:>9.2f}{again_cpu / n:>25.2f}{resent:>12}")
+    outcomes = sorted({o for o, _, _ in again.values()})
+    host_seconds = max(s for _, _, s in again.values())
+    print(f"parallel / serial first-install speed-up: {serial_wall / parallel_wall:.2f}x (target >= 3x)")
+    print(f"reinstall: {again_wall / n:.2f} s per host of wall time, slowest host {host_seconds:.2f} s on its own "
+          f"(target < 1 s), {resent} bytes sent (target 0), outcomes {outcomes}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

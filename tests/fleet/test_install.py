@@ -1,0 +1,463 @@
+"""`deploy-hosts install` and role shells against real sshd hosts (issue: install), checked on each host.
+
+Fleet and checkout as in the prepare tests: h1 (router + engine-1, key auth), h2 (engine-2, PASSWORD auth),
+h3 (engine-3); the management checkout is a real git repository, discovered once per module. Every test
+runs a real `deploy-hosts prepare` into its own directory, so it installs into its own
+`~/Narwhal-deploy/<id>/` and tests stay independent. The simulated hosts have no network: the install
+command links the checkout into the virtualenv with a `.pth` file and the check imports from there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pexpect
+import pytest
+import test_discovery
+from test_discovery import DESTINATIONS, HOST_IDS, PASSWORD, assert_nowhere, cli, make_checkout, source_env
+from test_prepare import git_checkout, set_env
+
+from narwhal_assets.cli import main
+from narwhal_assets.core.manifest import DeploymentManifest
+from narwhal_assets.fleetsim import SimFleet
+
+# The discovery tests' module-scoped fleet and ssh config, as fixtures of this module too.
+fleet = test_discovery.fleet
+ssh_config = test_discovery.ssh_config
+NAMES = {host_id: name for name, host_id in HOST_IDS.items()}  # node-1 -> h1
+OFFLINE_INSTALL = ("python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0], \"checkout.pth\")"
+                   ".write_text(str(pathlib.Path.cwd()) + chr(10))'")  # fmt: skip
+OFFLINE_CHECK = "python -I -c 'import app.main'"  # the checkout's app/main.py (prints 'served')
+SLOW_FLAG = "slow-install"
+STARTED_FLAG = "install-started"
+# On a host whose home holds SLOW_FLAG, the install command announces itself and then takes long enough
+# for the test to kill that host mid-install.
+SLOW_INSTALL = f'if [ -e "$HOME/{SLOW_FLAG}" ]; then touch "$HOME/{STARTED_FLAG}"; sleep 60; fi; {OFFLINE_INSTALL}'
+
+
+# --------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def discovered(fleet: SimFleet, ssh_config: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A discovered git checkout whose .env names the offline install and check commands and the revision."""
+    root = make_checkout(tmp_path_factory.mktemp("install") / "checkout", fleet, ssh_config)
+    revision = git_checkout(root)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in [n for n in os.environ if n.startswith("NARWHAL_")]:
+            patch.delenv(name)
+        patch.setenv("DAGSTER_HOME", str(root.parent / "dagster-discovery"))
+        assert main(["--root", str(root), "discover"]) == 0
+    set_env(root, NARWHAL_DEPLOYMENT_REVISION=revision)
+    with (root / ".env").open("a", encoding="utf-8") as env:
+        env.write(f"NARWHAL_REMOTE_INSTALL={_quote(SLOW_INSTALL)}\nNARWHAL_REMOTE_CHECK={_quote(OFFLINE_CHECK)}\n")
+    return root
+
+
+@pytest.fixture
+def prepared(discovered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A fresh prepared run (`deploy-hosts prepare --out`) of the discovered checkout."""
+    out = tmp_path / "prepared"
+    rc, _out, err = cli(discovered, "prepare", "--out", str(out), capsys=capsys)
+    assert rc == 0, err
+    return out
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def manifest_of(run: Path) -> DeploymentManifest:
+    return DeploymentManifest.model_validate_json((run / "manifest.json").read_bytes())
+
+
+def remote_dir(fleet: SimFleet, host_id: str, run: Path) -> Path:
+    """The host's `~/Narwhal-deploy/<id>/`, seen from the workstation."""
+    return fleet.host(NAMES[host_id]).home / manifest_of(run).remote_dir
+
+
+def install(root: Path, run: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    return cli(root, "install", "--run", str(run), *args, capsys=capsys)
+
+
+def outcomes(out: str) -> dict[str, str]:
+    """host id -> the outcome word the command printed for it."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^  (\S+)\s+roles=\S+\s+(installed|reused|failed)", out, re.M)}
+
+
+def git_head(checkout: Path) -> str:
+    done = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(checkout), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+def as_host_user(fleet: SimFleet, name: str, path: Path) -> None:
+    account = pwd.getpwnam(fleet.host(name).user)
+    os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
+
+
+def partition_metadata(host_id: str) -> dict[str, object]:
+    with dg.DagsterInstance.get() as instance:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("host_installation"), asset_partitions=[host_id]), limit=1
+        ).records
+        assert records
+        materialization = records[0].asset_materialization
+        assert materialization is not None
+        return {key: value.value for key, value in materialization.metadata.items()}
+
+
+def role_shell(root: Path, run: Path, role: str, command: str) -> subprocess.CompletedProcess[str]:
+    """`deploy-hosts shell --run --role --command` in a child process (it execs OpenSSH)."""
+    argv = [sys.executable, "-m", "narwhal_assets", "--root", str(root), "shell", "--run", str(run), "--role", role,
+            "--command", command]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+def wait_for(predicate: object, what: str, limit: float = 120.0) -> None:
+    """Poll until `predicate()` holds (a bounded wait for an event, not a timing assertion)."""
+    deadline = time.monotonic() + limit
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------------------------- tests
+
+
+def test_full_install_then_reuse_sends_nothing(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = manifest_of(prepared)
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 0, out + err
+    assert outcomes(out) == {"node-1": "installed", "node-2": "installed", "node-3": "installed"}
+    for host in manifest.hosts:
+        base = remote_dir(fleet, host.id, prepared)
+        checkout = base / "checkout"
+        assert (base / "installed").read_bytes() == manifest.revision.encode() + b"\n"
+        assert git_head(checkout) == manifest.revision
+        assert (base / "source.bundle").read_bytes() == (prepared / "source.bundle").read_bytes()
+        assert stat.S_IMODE(base.stat().st_mode) == 0o700
+        assert not (base / ".install-lock").exists()
+        for prepared_file in host.files:
+            sent = (prepared / prepared_file.path).read_bytes()
+            assert prepared_file.install_to is not None
+            placed = checkout / prepared_file.install_to
+            assert placed.read_bytes() == sent, placed
+            assert stat.S_IMODE(placed.stat().st_mode) == 0o600
+            assert stat.S_IMODE(placed.parent.stat().st_mode) == 0o700
+        assert (checkout / ".venv" / "bin" / "python").exists()
+        assert not [p.name for p in base.iterdir() if ".part-" in p.name]
+        meta = partition_metadata(host.id)
+        assert meta["outcome"] == "installed" and meta["revision"] == manifest.revision
+        assert meta["bytes_sent"] == sum(f.size for f in host.files) + manifest.bundle.size
+    colocated = remote_dir(fleet, "node-1", prepared) / "checkout" / "runs" / "deployment"
+    placed = {p.name for p in colocated.iterdir()}
+    assert {".env.router", ".env.engine-1", "fleet.json", "profiling-limits.json"} <= placed
+    log = prepared / "logs" / "node-2.log"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and stat.S_IMODE(log.parent.stat().st_mode) == 0o700
+    text = log.read_text(encoding="utf-8")
+    assert "def main(params_json" in text and "--- exit status 0 ---" in text and "host ran: git clone" in text
+
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 0, out + err
+    assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "reused"}
+    for host in manifest.hosts:
+        meta = partition_metadata(host.id)
+        assert (meta["outcome"], meta["bytes_sent"], meta["files_sent"]) == ("reused", 0, 0)
+    assert log.read_text(encoding="utf-8").startswith(text), "the log is appended to"
+    assert_nowhere([PASSWORD, *DESTINATIONS.values()], [prepared, discovered / "runs", discovered / "config",
+                                                        Path(os.environ["DAGSTER_HOME"])])  # fmt: skip
+    assert_nowhere([PASSWORD, *DESTINATIONS.values()],
+                   [remote_dir(fleet, h.id, prepared) for h in manifest.hosts])  # fmt: skip
+    assert PASSWORD not in out + err and not any(d in out + err for d in DESTINATIONS.values())
+
+
+def test_tampered_remote_file_stops_only_that_host(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert install(discovered, prepared, capsys)[0] == 0
+    target = remote_dir(fleet, "node-2", prepared) / "checkout" / "runs" / "deployment" / ".env.engine-2"
+    target.write_bytes(b"export TAMPERED=1\n")
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 1
+    assert outcomes(out) == {"node-1": "reused", "node-2": "failed", "node-3": "reused"}
+    assert "host node-2 failed at gate 'verify file'" in err and ".env.engine-2" in err
+    assert target.read_bytes() == b"export TAMPERED=1\n", "a mismatch leaves the host's content as it was"
+    assert partition_metadata("node-3")["outcome"] == "reused"
+    with dg.DagsterInstance.get() as instance:
+        [observed] = instance.fetch_observations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("host_installation"), asset_partitions=["node-2"]), limit=1
+        ).records
+    assert observed.asset_observation is not None
+    assert observed.asset_observation.metadata["outcome"].value == "failed: verify file"
+
+    link = remote_dir(fleet, "node-3", prepared) / "source.bundle"
+    link.unlink()
+    link.symlink_to("/etc/hostname")
+    rc, out, err = install(discovered, prepared, capsys, "--host", "node-3")
+    assert rc == 1 and "host node-3 failed at gate 'verify file': source.bundle is a symlink" in err
+    assert link.is_symlink()
+
+
+def test_held_lock_fails_only_that_host(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = remote_dir(fleet, "node-3", prepared)
+    for directory in (base.parent, base, base / ".install-lock"):
+        directory.mkdir(mode=0o700, exist_ok=True)
+        as_host_user(fleet, "h3", directory)
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 1
+    assert outcomes(out) == {"node-1": "installed", "node-2": "installed", "node-3": "failed"}
+    assert "host node-3 failed at gate 'lock': .install-lock is held by" in err
+    assert (base / ".install-lock").is_dir() and not (base / "installed").exists()
+    (base / ".install-lock").rmdir()
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 0, err
+    assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "installed"}
+
+
+def test_edited_effective_fleet_survives_a_reinstall(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert install(discovered, prepared, capsys, "--role", "router")[0] == 0
+    base = remote_dir(fleet, "node-1", prepared)
+    effective = base / "checkout" / "runs" / "deployment" / "fleet.json"
+    edited = effective.read_bytes().replace(b'"decode"', b'"prefill"') + b"\n"
+    effective.write_bytes(edited)
+    assert install(discovered, prepared, capsys, "--role", "router")[0] == 0
+    (base / "installed").unlink()  # a full install pass over the existing checkout keeps the edit too
+    rc, out, err = install(discovered, prepared, capsys, "--role", "router")
+    assert rc == 0, err
+    assert outcomes(out) == {"node-1": "installed"}
+    assert effective.read_bytes() == edited
+
+
+def test_role_selection_contacts_only_its_host(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, err = install(discovered, prepared, capsys, "--role", "engine-1")
+    assert rc == 0, err
+    assert outcomes(out) == {"node-1": "installed"}
+    assert (remote_dir(fleet, "node-1", prepared) / "installed").exists()
+    for host_id in ("node-2", "node-3"):
+        assert not remote_dir(fleet, host_id, prepared).exists()
+        assert not (prepared / "logs" / f"{host_id}.log").exists()
+    rc, _, err = install(discovered, prepared, capsys, "--role", "engine-9", "--role", "chef")
+    assert rc == 2 and "--role engine-9" in err and "--role chef" in err
+    rc, _, err = install(discovered, prepared, capsys, "--host", "node-7")
+    assert rc == 2 and "--host node-7" in err
+    with pytest.raises(SystemExit) as exited:
+        main(["--root", str(discovered), "install", "--run", str(prepared), "--host", "node-1", "--role", "router"])
+    assert exited.value.code == 2
+
+
+def test_changed_destination_or_prepared_file_refuses_before_any_connection(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    role_file = prepared / "node-2" / ".env.engine-2"
+    original = role_file.read_bytes()
+    role_file.write_bytes(original + b"export EXTRA=1\n")
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 2, out + err
+    assert f"{role_file}: size" in err and "prepare a new run" in err
+    role_file.write_bytes(original)
+
+    env = discovered / ".env"
+    saved = env.read_bytes()
+    # the same host under another alias: a changed destination, even though it would reach the same machine
+    alias = DESTINATIONS["h3"] + "-renamed"
+    config = Path(re.search(rb"NARWHAL_SSH_CONFIG=(\S+)", saved).group(1).decode())  # type: ignore[union-attr]
+    config_saved = config.read_bytes()
+    try:
+        config.write_bytes(config_saved.replace(f"Host {DESTINATIONS['h3']}\n".encode(),
+                                                f"Host {DESTINATIONS['h3']} {alias}\n".encode()))  # fmt: skip
+        env.write_bytes(saved.replace(DESTINATIONS["h3"].encode(), alias.encode()))
+        rc, out, err = install(discovered, prepared, capsys)
+        assert rc == 2, out + err
+        assert "hosts[node-3].destination_sha256: the destination in NARWHAL_NODE_3_SSH changed" in err
+        assert alias not in err + out and DESTINATIONS["h3"] not in err + out
+    finally:
+        env.write_bytes(saved)
+        config.write_bytes(config_saved)
+    for host_id in HOST_IDS.values():
+        assert not remote_dir(fleet, host_id, prepared).exists(), "nothing was contacted"
+    assert not (prepared / "logs").exists()
+
+
+def test_killed_host_mid_install_leaves_no_marker_and_a_rerun_completes(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = fleet.host("h3").home
+    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
+    flag.touch()
+    result: dict[str, int] = {}
+    worker = threading.Thread(target=lambda: result.update(rc=main(["--root", str(discovered), "install", "--run",
+                                                                     str(prepared)])))  # fmt: skip
+    try:
+        worker.start()
+        wait_for(started.exists, "the slow install to start on h3")
+        fleet.kill_sshd("h3")
+        worker.join(timeout=300)
+        assert not worker.is_alive()
+    finally:
+        flag.unlink()
+        started.unlink(missing_ok=True)
+        fleet.start_host("h3")
+    out, err = capsys.readouterr()
+    assert result["rc"] == 1, out + err
+    assert outcomes(out) == {"node-1": "installed", "node-2": "installed", "node-3": "failed"}
+    base = remote_dir(fleet, "node-3", prepared)
+    assert not (base / "installed").exists()
+    assert (base / ".install-lock").is_dir(), "SIGKILL left the lock of a process that no longer exists"
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 0, out + err
+    assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "installed"}
+    assert (base / "installed").read_bytes() == manifest_of(prepared).revision.encode() + b"\n"
+
+
+def test_role_shells_load_only_their_own_environment(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert install(discovered, prepared, capsys)[0] == 0
+    for role, host_id in (("engine-1", "node-1"), ("engine-2", "node-2")):  # key and password authentication
+        expected = source_env(prepared / host_id / f".env.{role}")["NARWHAL_ENGINE_PORT"]
+        done = role_shell(discovered, prepared, role, 'printf %s "$NARWHAL_ENGINE_PORT"')
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == expected
+    done = role_shell(discovered, prepared, "router", 'printf "%s|%s|%s" "${NARWHAL_ENGINE_PORT-unset}" "$PWD" '
+                      '"$(command -v python)"')  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    port, cwd, python = done.stdout.split("|")
+    checkout = f"{fleet.host('h1').remote_home}/{manifest_of(prepared).remote_dir}/checkout"
+    assert (port, cwd, python) == ("unset", checkout, f"{checkout}/.venv/bin/python")
+    assert PASSWORD not in done.stdout + done.stderr
+
+    # interactive, with a TTY, on the password host: only engine-2's variables, the venv active
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
+    child = pexpect.spawn(sys.executable, ["-m", "narwhal_assets", "--root", str(discovered), "shell", "--run",
+                                           str(prepared), "--role", "engine-2"], env=env, encoding="utf-8",
+                          timeout=60)  # fmt: skip
+    try:
+        child.sendline('echo "marker:$NARWHAL_ENGINE_PORT:${NARWHAL_ROUTER_URL-unset}:${VIRTUAL_ENV##*/}:$-"')
+        expected = source_env(prepared / "node-2" / ".env.engine-2")["NARWHAL_ENGINE_PORT"]
+        child.expect(f"marker:{re.escape(expected)}:unset:.venv:[a-zA-Z]*i[a-zA-Z]*\r")
+        child.sendline("exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+
+
+def test_shell_refuses_a_run_that_is_not_installed_there(
+    discovered: Path, prepared: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = role_shell(discovered, prepared, "engine-3", "true")
+    assert done.returncode == 1
+    assert "is not installed here: run deploy-hosts install" in done.stderr
+
+
+def test_dagster_cli_materializes_one_partition(
+    discovered: Path, prepared: Path, fleet: SimFleet, tmp_path: Path
+) -> None:
+    dagster = Path(sys.executable).parent / "dagster"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NARWHAL_", "DAGSTER_"))}
+    env.update(NARWHAL_ROOT=str(discovered), DAGSTER_HOME=str(tmp_path / "ci-dagster"))
+    (tmp_path / "ci-dagster").mkdir()
+    config = json.dumps({"ops": {"host_installation": {"config": {"run_dir": str(prepared)}}}})
+    with dg.DagsterInstance.from_config(str(tmp_path / "ci-dagster")) as instance:
+        instance.add_dynamic_partitions("narwhal_hosts", ["node-1", "node-2", "node-3"])
+    done = subprocess.run(
+        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "host_installation",
+         "--partition", "node-1", "--config-json", config],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (remote_dir(fleet, "node-1", prepared) / "installed").exists()
+    assert not remote_dir(fleet, "node-2", prepared).exists()
+    shutil.rmtree(tmp_path / "ci-dagster")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_flags(fleet: SimFleet) -> Iterator[None]:
+    yield
+    for name in HOST_IDS:
+        (fleet.host(name).home / SLOW_FLAG).unlink(missing_ok=True)
+
+
+def test_ui_backfill_over_all_partitions_installs_every_host(
+    discovered: Path, fleet: SimFleet, tmp_path: Path
+) -> None:
+    """`dagster dev` (webserver and daemon): a backfill of host_installation over every partition, launched
+    through the UI's GraphQL API, installs the run that `prepare` recorded last (lineage, no run config)."""
+    repo = Path(__file__).resolve().parents[2]
+    home = tmp_path / "ui-dagster"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NARWHAL_", "DAGSTER_"))}
+    env.update(NARWHAL_ROOT=str(discovered), DAGSTER_HOME=str(home))
+    bin_dir = Path(sys.executable).parent
+    argv = [str(bin_dir / "deploy-hosts"), "--root", str(discovered), "prepare", "--out", str(tmp_path / "ui-run")]
+    prepared = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert prepared.returncode == 0, prepared.stderr
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions("narwhal_hosts", list(HOST_IDS.values()))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([str(bin_dir / "dagster"), "dev", "-w", str(repo / "workspace.yaml"), "-h",
+                               "127.0.0.1", "-p", str(port)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: _graphql(port, "{ version }") is not None, "the webserver", limit=300)
+        launched = _graphql(port, LAUNCH_BACKFILL)
+        assert launched is not None
+        backfill_id = launched["launchPartitionBackfill"]["backfillId"]
+
+        def finished() -> bool:
+            answer = _graphql(port, BACKFILL_STATUS % json.dumps(backfill_id))
+            return answer is not None and answer["partitionBackfillOrError"]["status"] not in ("REQUESTED",)
+
+        wait_for(finished, "the backfill", limit=900)
+        answer = _graphql(port, BACKFILL_STATUS % json.dumps(backfill_id))
+        assert answer is not None and answer["partitionBackfillOrError"]["status"] == "COMPLETED_SUCCESS", answer
+    finally:
+        os.killpg(server.pid, signal.SIGINT)
+        server.wait(timeout=120)
+    for host_id in HOST_IDS.values():
+        assert (remote_dir(fleet, host_id, tmp_path / "ui-run") / "installed").exists()
+
+
+LAUNCH_BACKFILL = """mutation { launchPartitionBackfill(backfillParams: {
+  assetSelection: [{path: ["host_installation"]}], allPartitions: true}) {
+  ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }"""
+BACKFILL_STATUS = "{ partitionBackfillOrError(backfillId: %s) { ... on PartitionBackfill { status } } }"
+
+
+def _graphql(port: int, query: str) -> dict | None:
+    """POST one GraphQL query to the local webserver; None while it does not answer."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:  # loopback only
+            return json.loads(response.read())["data"]
+    except (OSError, ValueError, KeyError):
+        return None

@@ -1,0 +1,178 @@
+"""The host-side installer run locally as a host would run it: `python3 -c BOOTSTRAP` fed on stdin, with its
+own HOME, real git and real files. Gates, the lock and the reuse path, without SSH (the fleet tests add it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from narwhal_assets.remote.install_protocol import (
+    BOOTSTRAP,
+    InstallReport,
+    ReportError,
+    install_stream,
+    installer_script,
+    parse_install_report,
+)
+
+REMOTE_DIR = "Narwhal-deploy/0123456789abcdef0123456789abcdef"
+ROLE_FILE = b"export NARWHAL_ENGINE_PORT='8001'\n"
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> tuple[str, bytes]:
+    """A one-commit repository's revision and its bundle."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README").write_text("demo\n")
+    (repo / ".gitignore").write_text("runs/\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    revision = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([*git, "bundle", "create", "-q", str(tmp_path / "b.bundle"), "HEAD"], check=True)
+    return revision, (tmp_path / "b.bundle").read_bytes()
+
+
+class Host:
+    """A HOME directory the installer runs in, as the host's user would."""
+
+    def __init__(self, home: Path, revision: str, bundle: bytes) -> None:
+        self.home = home
+        self.base = home / REMOTE_DIR
+        self.payloads = {"source.bundle": bundle, ".env.engine-1": ROLE_FILE}
+        self.params: dict[str, Any] = {
+            "remote_dir": REMOTE_DIR, "revision": revision, "owner": "unit test",
+            "install_command": "true", "check_command": "test -n \"$VIRTUAL_ENV\"",
+            "files": [{"name": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+                       "install_to": None if name == "source.bundle" else "runs/deployment/.env.engine-1",
+                       "keep_if_present": False} for name, data in self.payloads.items()],
+        }  # fmt: skip
+
+    def call(self, action: str, send: list[str] | None = None, stream: bytes | None = None) -> InstallReport:
+        params = {**self.params, "action": action, **({"send": send} if send is not None else {})}
+        payload = stream if stream is not None else b"".join(self.payloads[name] for name in send or [])
+        env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+        done = subprocess.run(["sh", "-c", BOOTSTRAP], input=install_stream(installer_script(params), [payload]),
+                              capture_output=True, env=env, timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return parse_install_report(done.stdout)
+
+    def install(self) -> InstallReport:
+        inspected = self.call("inspect")
+        missing = [name for name in self.payloads if inspected.files.get(name) != "present"]
+        report = self.call("install", send=missing)
+        assert report.outcome == "ready", report
+        return self.call("commit")
+
+
+@pytest.fixture
+def host(tmp_path: Path, source: tuple[str, bytes]) -> Host:
+    home = tmp_path / "home"
+    home.mkdir()
+    return Host(home, *source)
+
+
+def test_install_commit_then_reuse_receives_nothing(host: Host) -> None:
+    assert host.call("inspect").outcome == "absent"
+    report = host.install()
+    assert (report.outcome, report.files_verified) == ("installed", 3)
+    assert (host.base / "installed").read_text() == host.params["revision"] + "\n"
+    assert (host.base / "checkout" / "runs" / "deployment" / ".env.engine-1").read_bytes() == ROLE_FILE
+    assert not (host.base / ".install-lock").exists()
+    assert oct((host.base / "checkout" / "runs" / "deployment").stat().st_mode & 0o777) == "0o700"
+    again = host.call("inspect")
+    assert (again.outcome, again.bytes_received, again.files_verified) == ("reused", 0, 3)
+    assert [step.argv[-3:] for step in again.steps] == [["rev-parse", "--verify", "HEAD"],
+                                                        ["status", "--porcelain", "--untracked-files=no"]]  # fmt: skip
+
+
+def test_a_held_lock_names_its_owner_and_a_dead_owners_lock_is_taken_over(host: Host) -> None:
+    lock = host.base / ".install-lock"
+    lock.mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        start = Path(f"/proc/{sleeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        owner = {"pid": sleeper.pid, "start": start, "boot": boot, "since": "2026-12-01T00:00:00Z", "by": "ci job 7"}
+        (lock / "owner.json").write_text(json.dumps(owner))
+        report = host.call("install", send=[])
+        assert (report.outcome, report.gate) == ("failed", "lock")
+        assert report.message == f".install-lock is held by ci job 7 (pid {sleeper.pid}) since 2026-12-01T00:00:00Z"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert lock.is_dir(), "a held lock is never removed by the host that found it"
+    assert host.install().outcome == "installed", "the owner process is gone: its lock is stale"
+
+
+def test_a_lock_without_owner_information_holds(host: Host) -> None:
+    (host.base / ".install-lock").mkdir(parents=True)
+    report = host.call("install", send=[])
+    assert report.gate == "lock"
+    assert report.message == ".install-lock is held by an unknown owner (no readable owner.json)"
+
+
+def test_a_cut_or_wrong_stream_fails_the_transfer_and_leaves_nothing_behind(host: Host) -> None:
+    short = host.call("install", send=["source.bundle"], stream=host.payloads["source.bundle"][:-10])
+    assert (short.gate, short.message) == ("transfer", "source.bundle: the stream ended 10 bytes early")
+    wrong = host.call("install", send=[".env.engine-1"], stream=ROLE_FILE.replace(b"8001", b"9001"))
+    assert wrong.gate == "transfer"
+    assert wrong.message == ".env.engine-1: received content does not match the manifest hash"
+    assert sorted(p.name for p in host.base.iterdir()) == [], "no temporary file, no lock"
+
+
+def test_a_symlink_or_different_file_stops_at_verify_file_and_stays(host: Host) -> None:
+    host.base.mkdir(parents=True)
+    (host.base / "source.bundle").symlink_to("/etc/hostname")
+    report = host.call("inspect")
+    assert (report.gate, report.message) == ("verify file", "source.bundle is a symlink (left as it is)")
+    assert host.call("install", send=[]).gate == "verify file"
+    assert (host.base / "source.bundle").is_symlink()
+    (host.base / "source.bundle").unlink()
+    (host.base / ".env.engine-1").write_bytes(b"export OTHER=1\n")
+    assert host.call("inspect").message == ".env.engine-1: content differs from the manifest (left as it is)"
+    assert (host.base / ".env.engine-1").read_bytes() == b"export OTHER=1\n"
+
+
+def test_after_install_a_changed_checkout_or_marker_is_a_named_gate(host: Host) -> None:
+    host.install()
+    readme = host.base / "checkout" / "README"
+    readme.write_text("changed\n")
+    report = host.call("inspect")
+    assert (report.gate, report.message) == ("checkout", "checkout: tracked files differ from the revision "
+                                             "(left as they are)")  # fmt: skip
+    readme.write_text("demo\n")
+    (host.base / "installed").write_text("f" * 40 + "\n")
+    assert host.call("inspect").gate == "marker"
+
+
+def test_a_failing_check_command_leaves_no_marker(host: Host) -> None:
+    host.params["check_command"] = "echo broken >&2; exit 3"
+    inspected = host.call("inspect")
+    report = host.call("install", send=[n for n in host.payloads if inspected.files.get(n) != "present"])
+    assert (report.outcome, report.gate) == ("failed", "check")
+    assert report.message == "/bin/sh -c echo broken >&2; exit 3 exited 3"
+    assert report.steps[-1].output == "broken\n"
+    assert not (host.base / "installed").exists() and not (host.base / ".install-lock").exists()
+
+
+def test_reports_from_a_hostile_host_are_bounded_and_escaped() -> None:
+    with pytest.raises(ReportError, match="printed no report"):
+        parse_install_report(b"\n\n")
+    with pytest.raises(ReportError, match="not JSON"):
+        parse_install_report(b"garbage\x1b[2J")
+    with pytest.raises(ReportError, match="not an install report"):
+        parse_install_report(b'{"schema": "narwhal.install-report"}')
+    raw = {"schema": "narwhal.install-report", "schema_version": 1, "action": "inspect", "outcome": "failed",
+           "gate": "lock", "message": "held by \x1b]0;pwned\x07 x\ny"}  # fmt: skip
+    report = parse_install_report(json.dumps(raw).encode())
+    assert report.message == "held by \\x1b]0;pwned\\x07 x\\ny"
+    with pytest.raises(ReportError, match="exceeds"):
+        parse_install_report(b"x" * (9 << 20))
