@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +22,18 @@ from narwhal_assets.fleetsim import SimFleet
 
 pytestmark = pytest.mark.fleet
 README = Path(__file__).resolve().parents[2] / "README.md"
-# What each workstation runs, in order, as `deploy-hosts <step>`. HOOK for the lead: append ("prepare",) and a
-# partitioned install (e.g. ("install", "--host", "node-1")) once those commands are on main.
-WORKSTATION_STEPS: tuple[tuple[str, ...], ...] = (("discover",),)
+# What each workstation runs, in order, as `deploy-hosts <step>`: the whole sequence, the install as one partition.
+WORKSTATION_STEPS: tuple[tuple[str, ...], ...] = (
+    ("discover",),
+    ("prepare", "--out", "{root}/runs/deployment-env/team"),
+    ("install", "--run", "{root}/runs/deployment-env/team", "--host", "node-1"),
+)
+# A management checkout is a git repository (prepare ships one of its commits); the simulated hosts have no
+# package index, so the install and check commands work offline (as in the install tests).
+TRACKED = {".gitignore": "/.env\n/config/\n/runs/\n", "app/main.py": "print('served')\n"}
+OFFLINE_INSTALL = ("python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0], \"checkout.pth\")"
+                   ".write_text(str(pathlib.Path.cwd()) + chr(10))'")  # fmt: skip
+OFFLINE_CHECK = "python -I -c 'import app.main'"
 
 
 def readme_instance_yaml() -> str:
@@ -37,6 +47,17 @@ def readme_instance_yaml() -> str:
 def workstation(tmp_path: Path, name: str, fleet: SimFleet, ssh_config: Path) -> tuple[Path, Path]:
     """A checkout of its own and a DAGSTER_HOME holding the README's dagster.yaml."""
     root = make_checkout(tmp_path / name / "checkout", fleet, ssh_config)
+    for path, text in TRACKED.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text, encoding="utf-8")
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", *TRACKED], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "checkout"], check=True)
+    revision = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout
+    with (root / ".env").open("a", encoding="utf-8") as env:
+        env.write(f"NARWHAL_DEPLOYMENT_REVISION={revision.strip()}\nNARWHAL_REMOTE_INSTALL={shlex.quote(OFFLINE_INSTALL)}\n"
+                  f"NARWHAL_REMOTE_CHECK={shlex.quote(OFFLINE_CHECK)}\n")  # fmt: skip
     home = tmp_path / name / "dagster-home"
     home.mkdir(mode=0o700)
     (home / "dagster.yaml").write_text(readme_instance_yaml(), encoding="utf-8")
@@ -48,7 +69,8 @@ def run_steps(root: Path, home: Path, pg: PgServer, cwd: Path) -> list[str]:
     env = {**os.environ, **pg.env, "DAGSTER_HOME": str(home)}
     outputs = []
     for step in WORKSTATION_STEPS:
-        done = subprocess.run([sys.executable, "-m", "narwhal_assets", "--root", str(root), *step], env=env,
+        argv = [arg.format(root=root) for arg in step]
+        done = subprocess.run([sys.executable, "-m", "narwhal_assets", "--root", str(root), *argv], env=env,
                               cwd=cwd, capture_output=True, text=True, timeout=600)  # fmt: skip
         output = done.stdout + done.stderr
         assert done.returncode == 0, f"{' '.join(step)} on {root}: {output}"
