@@ -14,21 +14,26 @@ import dagster as dg
 from narwhal_assets.core.errors import NarwhalError
 
 
-def upstream_metadata(instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey) -> Mapping[str, dg.MetadataValue]:
-    """Metadata of `key`'s materialization in run `run_id`, else of its latest one; raises when it has none."""
+def upstream_metadata(
+    instance: dg.DagsterInstance, run_id: str, key: dg.AssetKey, command: str = "deploy-hosts discover"
+) -> Mapping[str, dg.MetadataValue]:
+    """Metadata of `key`'s materialization in run `run_id`, else of its latest one; raises (naming `command`,
+    which materializes it) when it has none."""
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
     for record in reversed(records):
         materialization = record.event_log_entry.asset_materialization
         if materialization is not None and materialization.asset_key == key:
             return materialization.metadata
-    return latest_metadata(instance, key)
+    return latest_metadata(instance, key, command)
 
 
-def latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey) -> Mapping[str, dg.MetadataValue]:
+def latest_metadata(
+    instance: dg.DagsterInstance, key: dg.AssetKey, command: str = "deploy-hosts discover"
+) -> Mapping[str, dg.MetadataValue]:
     """Metadata of `key`'s latest materialization (for sensors and runs that did not materialize it)."""
     event = instance.get_latest_materialization_event(key)
     if event is None or event.asset_materialization is None:
-        raise NarwhalError(f"{key.to_user_string()} has never been materialized; run `deploy-hosts discover`")
+        raise NarwhalError(f"{key.to_user_string()} has never been materialized; run `{command}`")
     return event.asset_materialization.metadata
 
 

@@ -3,13 +3,14 @@
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
 from narwhal_assets.assets.discovery import KNOWN_HOSTS
+from narwhal_assets.assets.lineage import latest_metadata, upstream_metadata
 from narwhal_assets.core.access_secrets import access_needles, findings, host_key_needles
 from narwhal_assets.core.deployment_files import SOURCES_FILE
 from narwhal_assets.core.errors import NarwhalError
@@ -26,6 +27,7 @@ ROLE_ENVIRONMENTS = dg.AssetKey("role_environments")
 DEPLOYMENT_MANIFEST = dg.AssetKey("deployment_manifest")
 OP_NAME = "prepare_deployment"
 MAX_SCAN_BYTES = 64 << 20
+PREPARE_COMMAND = "deploy-hosts prepare"
 
 
 class PrepareConfig(dg.Config):
@@ -95,16 +97,22 @@ def _results(prepared: Prepared) -> Iterator[dg.MaterializeResult]:
 
 def latest_out(instance: dg.DagsterInstance, key: dg.AssetKey) -> tuple[Path, str]:
     """The output directory and revision of the latest materialization of a `deployment` asset."""
-    event = instance.get_latest_materialization_event(key)
-    metadata = event.asset_materialization.metadata if event and event.asset_materialization else {}
-    if "out" not in metadata:
-        raise NarwhalError(f"{key.to_user_string()} has never been materialized; run `deploy-hosts prepare`")
+    return _out(latest_metadata(instance, key, PREPARE_COMMAND))
+
+
+def checked_out(context: dg.AssetCheckExecutionContext, key: dg.AssetKey) -> tuple[Path, str]:
+    """The output directory and revision the check is about: this run's materialization of `key` when the
+    run made one (a concurrent prepare must not swap what is checked), else the latest."""
+    return _out(upstream_metadata(context.instance, context.run.run_id, key, PREPARE_COMMAND))
+
+
+def _out(metadata: Mapping[str, dg.MetadataValue]) -> tuple[Path, str]:
     return Path(str(metadata["out"].value)), str(metadata["revision"].value)
 
 
 @dg.asset_check(asset=SOURCE_BUNDLE, description="source.bundle clones to the approved revision")
 def bundle_clones_to_revision(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    out, revision = latest_out(context.instance, SOURCE_BUNDLE)
+    out, revision = checked_out(context, SOURCE_BUNDLE)
     try:
         head = bundle_head(out / BUNDLE_FILE)
     except NarwhalError as exc:
@@ -118,7 +126,7 @@ def bundle_clones_to_revision(context: dg.AssetCheckExecutionContext) -> dg.Asse
 
 @dg.asset_check(asset=ROLE_ENVIRONMENTS, description="Every prepared file is 0600 in 0700 directories")
 def prepared_files_private(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    out, _ = latest_out(context.instance, ROLE_ENVIRONMENTS)
+    out, _ = checked_out(context, ROLE_ENVIRONMENTS)
     loose = [f"{path}: {problem}" for path, problem in _mode_problems(out)]
     return dg.AssetCheckResult(
         passed=not loose,
@@ -134,7 +142,7 @@ def prepared_files_private(context: dg.AssetCheckExecutionContext) -> dg.AssetCh
 def prepared_files_hold_no_access(
     context: dg.AssetCheckExecutionContext, checkout: ManagementCheckout
 ) -> dg.AssetCheckResult:
-    out, _ = latest_out(context.instance, ROLE_ENVIRONMENTS)
+    out, _ = checked_out(context, ROLE_ENVIRONMENTS)
     opened = checkout.open()
     store = KnownHostsStore(opened.settings.known_hosts_path)
     needles = [*access_needles(opened.settings, opened.inventory), *host_key_needles(store.key_blobs())]

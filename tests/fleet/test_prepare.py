@@ -39,6 +39,7 @@ from test_discovery import (  # the discovery tests' fleet, checkout and helpers
 from narwhal_assets.assets.prepare import (
     OP_NAME,
     bundle_clones_to_revision,
+    prepare_deployment,
     prepared_files_hold_no_access,
     prepared_files_private,
 )
@@ -382,16 +383,18 @@ def test_prepare_job_runs_the_three_assets_and_their_checks(
         known_line = (discovered / "config" / "ssh.known_hosts").read_text().splitlines()[0]
         (out / "node-1" / "fleet.local.json").write_text(known_line + "\n")
         (out / "source.bundle").write_bytes(b"not a bundle")
-        context = dg.build_asset_check_context(instance=instance)
-        private = prepared_files_private(context)
+        checks = [bundle_clones_to_revision, prepared_files_private, prepared_files_hold_no_access]
+        rerun = dg.materialize([prepare_deployment, *checks], selection=dg.AssetSelection.checks(*checks),
+                               resources={"checkout": ManagementCheckout(root=str(discovered))},
+                               instance=instance)  # fmt: skip
+        found = {e.check_name: e for e in rerun.get_asset_check_evaluations()}
+        private, leaks, bundle = (found[c.check_key.name] for c in checks[1:] + checks[:1])
         assert not private.passed
         assert private.description == f"{out / 'node-2' / '.env.engine-2'}: mode 0644, expected 0600"
-        leaks = prepared_files_hold_no_access(context, checkout=ManagementCheckout(root=str(discovered)))
         assert not leaks.passed
         assert leaks.description.splitlines() == [
             "node-1/fleet.local.json: contains a host key from the trust store",
             "node-3/.env.engine-3: contains the password in NARWHAL_NODE_2_SSH_PASSWORD",
         ]
-        bundle = bundle_clones_to_revision(context)
         assert not bundle.passed and "source.bundle: git clone failed" in bundle.description
         assert PASSWORD not in leaks.description + private.description + bundle.description
