@@ -72,7 +72,7 @@ def _text(metadata: dict[str, dg.MetadataValue], key: str) -> str | None:
     return str(value.value) or None if value is not None else None
 
 
-def evaluate_drift(instance: dg.DagsterInstance, host_ids: list[str]) -> dg.AssetCheckEvaluation:
+def evaluate_drift(instance: dg.DagsterInstance, host_ids: list[str]) -> tuple[list[str], dg.AssetCheckEvaluation]:
     """Per host: last installed vs newest live observation; fails naming each host that drifted."""
     installed = {host_id: _installed(instance, host_id) for host_id in host_ids}
     live = {host_id: _live(instance, host_id) for host_id in host_ids}
@@ -86,20 +86,22 @@ def evaluate_drift(instance: dg.DagsterInstance, host_ids: list[str]) -> dg.Asse
                      or "", "drift": host_id in drifted})  # fmt: skip
     description = (f"drifting: {', '.join(drifted)} run another deployment than last installed" if drifted else
                    "every observed host runs the deployment last installed there")  # fmt: skip
-    return dg.AssetCheckEvaluation(
+    return drifted, dg.AssetCheckEvaluation(
         asset_key=INSTALLATION, check_name=CHECK_NAME, passed=not drifted, description=description,
         metadata={"drifting_hosts": ", ".join(drifted) or "none", "revisions": _table(REVISION_COLUMNS, rows)},
     )  # fmt: skip
 
 
-def record_statuses(instance: dg.DagsterInstance, statuses: list[HostStatus]) -> dg.AssetCheckEvaluation:
+def record_statuses(
+    instance: dg.DagsterInstance, statuses: list[HostStatus]
+) -> tuple[list[str], dg.AssetCheckEvaluation]:
     """Observe every host that answered, then evaluate the drift check over every known host (runless)."""
     for status in statuses:
         if status.error is None:
             instance.report_runless_asset_event(status_observation(status))
-    evaluation = evaluate_drift(instance, instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
+    drifted, evaluation = evaluate_drift(instance, instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
     instance.report_runless_asset_event(evaluation)
-    return evaluation
+    return drifted, evaluation
 
 
 @dg.asset_check(
@@ -108,5 +110,5 @@ def record_statuses(instance: dg.DagsterInstance, statuses: list[HostStatus]) ->
     description="Each host's live deployment (deploy-hosts status) is the one last installed there",
 )
 def live_deployment_matches_installed(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-    found = evaluate_drift(context.instance, context.instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
+    _, found = evaluate_drift(context.instance, context.instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
     return dg.AssetCheckResult(passed=found.passed, description=found.description, metadata=found.metadata)
