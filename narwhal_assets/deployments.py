@@ -71,7 +71,7 @@ class HostStatus:
                  if d.check == "tampered"]  # fmt: skip
         if self.current == "":
             found.append(f"host {self.host_id}: {REMOTE_BASE}/current is not a symlink to a deployment")
-        elif self.current is not None and (self.live is None or self.live.state != "installed"):
+        elif self.current is not None and (self.live is None or self.live.state not in ("installed", "locked")):
             found.append(f"host {self.host_id}: {REMOTE_BASE}/current names {self.current}, which is not an "
                          "installed deployment there")  # fmt: skip
         if self.truncated:

@@ -198,20 +198,24 @@ def test_status_rollback_and_prune_across_two_runs(
     # a killed sshd mid-rollback (activate holds the lock, verifying) leaves current where it was
     checkout = slow_status_hook(fleet, "node-3", run_b)
     started = fleet.host("h3").home / ROLLBACK_STARTED
-    result: dict[str, int] = {}
-    worker = threading.Thread(target=lambda: result.update(rc=main(["--root", str(discovered), "rollback", "--run",
-                                                                     str(run_b), "--host", "node-3"])))  # fmt: skip
-    try:
-        worker.start()
+    killed: list[str] = []
+
+    def kill_when_started() -> None:
         wait_for(started.exists, "the rollback to reach activate on h3")
         fleet.kill_sshd("h3")
-        worker.join(timeout=300)
-        assert not worker.is_alive()
+        killed.append("h3")
+
+    killer = threading.Thread(target=kill_when_started)  # the command runs here: it installs signal handlers
+    killer.start()
+    try:
+        rc = main(["--root", str(discovered), "rollback", "--run", str(run_b), "--host", "node-3"])
     finally:
+        killer.join(timeout=300)
         started.unlink(missing_ok=True)
         fleet.start_host("h3")
-    capsys.readouterr()
-    assert result["rc"] == 1
+    out, err = capsys.readouterr()
+    assert killed == ["h3"] and rc == 1, out + err
+    assert "deploy-hosts rollback: host node-3 failed" in err
     assert current(fleet, "node-3") == id_a
     subprocess.run(["git", "config", "-f", str(checkout / ".git" / "config"), "--unset", "core.fsmonitor"], check=True)
 
