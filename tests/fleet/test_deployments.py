@@ -115,9 +115,15 @@ def slow_status_hook(fleet: SimFleet, host_id: str, run: Path) -> Path:
     hook.chmod(0o755)
     as_host_user(fleet, NAMES[host_id], hook)
     checkout = host.home / deployment / "checkout"
-    subprocess.run(["git", "config", "-f", str(checkout / ".git" / "config"), "core.fsmonitor",
-                    f"{host.remote_home}/slow-fsmonitor"], check=True)  # fmt: skip
+    git_config(fleet, host_id, checkout, "core.fsmonitor", f"{host.remote_home}/slow-fsmonitor")
     return checkout
+
+
+def git_config(fleet: SimFleet, host_id: str, checkout: Path, *args: str) -> None:
+    """`git config` on the host's checkout, the file left owned by the host's user (git rewrites it)."""
+    config = checkout / ".git" / "config"
+    subprocess.run(["git", "config", "-f", str(config), *args], check=True)
+    as_host_user(fleet, NAMES[host_id], config)
 
 
 # --------------------------------------------------------------------------------------------- tests
@@ -217,7 +223,7 @@ def test_status_rollback_and_prune_across_two_runs(
     assert killed == ["h3"] and rc == 1, out + err
     assert "deploy-hosts rollback: host node-3 failed" in err
     assert current(fleet, "node-3") == id_a
-    subprocess.run(["git", "config", "-f", str(checkout / ".git" / "config"), "--unset", "core.fsmonitor"], check=True)
+    git_config(fleet, "node-3", checkout, "--unset", "core.fsmonitor")
 
     # prune: the dry run changes nothing; then each host keeps only current, the unused prepared run goes
     before = {h: sorted(p.name for p in home(fleet, h).iterdir()) for h in HOST_IDS.values()}
