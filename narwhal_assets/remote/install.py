@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -434,7 +435,7 @@ class Installer:
 
     def prune(self) -> str:
         """Remove each named deployment, re-checked here: never `current`'s target, never a locked one."""
-        self.detail = {"removed": [], "kept": {}}
+        self.detail = {"removed": [], "kept": {}, "leftovers_removed": self.remove_leftovers()}
         for name in self.params.get("remove", [])[:ENTRY_LIMIT]:
             reason = self.remove(name)
             if reason:
@@ -442,6 +443,20 @@ class Installer:
             else:
                 self.detail["removed"].append(name)
         return "pruned"
+
+    def remove_leftovers(self) -> int:
+        """Delete `.removing-<id>-<pid>` directories whose pruning process is gone (a cut connection)."""
+        count = 0
+        if not os.path.isdir(self.top):
+            return 0
+        with os.scandir(self.top) as entries:
+            names = [e.name for e in itertools.islice(entries, ENTRY_LIMIT) if e.name.startswith(".removing-")]
+        for name in names:
+            pid = name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _start_ticks(int(pid)):
+                shutil.rmtree(os.path.join(self.top, name), ignore_errors=True)
+                count += 1
+        return count
 
     def remove(self, name: str) -> str | None:
         """Why `name` stays, or None once it is gone."""

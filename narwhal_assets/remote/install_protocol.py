@@ -88,6 +88,7 @@ class InstallReport(BaseModel):
     current: str | None = Field(default=None, max_length=64)
     deployments: list[DeploymentEntry] = Field(default_factory=list, max_length=ENTRY_LIMIT)
     truncated: bool = False
+    leftovers_removed: int = Field(default=0, ge=0)
     removed: list[DeploymentId] = Field(default_factory=list, max_length=ENTRY_LIMIT)
     kept: dict[DeploymentId, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict,
                                                                             max_length=ENTRY_LIMIT)  # fmt: skip

@@ -239,9 +239,10 @@ def test_prune_never_removes_current_or_a_locked_deployment(host: Host, source: 
     for each in (other, third, host):
         each.install()
     (third.base / ".install-lock").mkdir()  # no owner information: held
+    (host.base.parent / f".removing-{'c' * 32}-999999999" / "checkout").mkdir(parents=True)  # a cut prune
     report = host.call("prune", remote_base="Narwhal-deploy",
                        remove=[host.base.name, other.base.name, third.base.name, "b" * 32])  # fmt: skip
-    assert report.removed == [other.base.name]
+    assert (report.removed, report.leftovers_removed) == ([other.base.name], 1)
     assert report.kept == {host.base.name: "current points at it",
                            third.base.name: ".install-lock is held by an unknown owner (no readable owner.json)",
                            "b" * 32: "not a deployment directory here"}  # fmt: skip
