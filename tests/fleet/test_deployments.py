@@ -215,13 +215,17 @@ def test_status_rollback_and_prune_across_two_runs(
     killer.start()
     try:
         rc = main(["--root", str(discovered), "rollback", "--run", str(run_b), "--host", "node-3"])
+        killer.join(timeout=300)
+        out, err = capsys.readouterr()
+        assert killed == ["h3"] and rc == 1, out + err
+        assert "deploy-hosts rollback: host node-3 failed" in err
+        rc, document, err = status_json(discovered, capsys)  # the host is down: status says so, exit 1
+        assert rc == 1 and by_host(document)["node-3"]["error"] and by_host(document)["node-1"]["current"] == id_a
+        assert err.startswith("deploy-hosts status: host node-3: ")
     finally:
         killer.join(timeout=300)
         started.unlink(missing_ok=True)
         fleet.start_host("h3")
-    out, err = capsys.readouterr()
-    assert killed == ["h3"] and rc == 1, out + err
-    assert "deploy-hosts rollback: host node-3 failed" in err
     assert current(fleet, "node-3") == id_a
     git_config(fleet, "node-3", checkout, "--unset", "core.fsmonitor")
 
