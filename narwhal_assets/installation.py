@@ -1,9 +1,10 @@
 """Install a prepared run on one host over its one SSH connection (spec 13.3); the asset and CLI call this.
 
 Per host: `inspect` (read-only; `reused` when the marker names the revision and everything verifies, so
-nothing is sent), then `install` with only the files the host lacks, then `commit`, which writes the
-completion marker only after the workstation has read a successful install report. Every script sent,
-its exit status and output are appended to `<run>/logs/<host-id>.log` (0600 in a 0700 directory).
+nothing is sent, and `activate` points `current` at it), then `install` with only the files the host lacks,
+then `commit`, which writes the completion marker and moves `current` only after the workstation has read a
+successful install report. Every script sent, its exit status and output are appended to
+`<run>/logs/<host-id>.log` (0600 in a 0700 directory).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import hashlib
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.core.install_check import (
@@ -75,9 +77,13 @@ class InstallCommands:
         )
 
 
+Mode = Literal["install", "activate"]
+OK_OUTCOMES = ("installed", "reused", "activated")
+
+
 @dataclass
 class HostOutcome:
-    """What happened on one host: `installed`, `reused` or `failed` at a named gate."""
+    """What happened on one host: `installed`, `reused`, `activated` or `failed` at a named gate."""
 
     host_id: str
     outcome: str = "failed"
@@ -91,7 +97,7 @@ class HostOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.outcome in ("installed", "reused")
+        return self.outcome in OK_OUTCOMES
 
     def describe(self) -> str:
         if self.ok:
@@ -147,13 +153,17 @@ def install_files(host: ManifestHost, bundle: PreparedFile) -> list[tuple[Instal
 
 
 def connect_and_install(
-    connector: Connector, access: HostAccess, run: PreparedRun, commands: InstallCommands
+    connector: Connector, access: HostAccess, run: PreparedRun, commands: InstallCommands, mode: Mode = "install"
 ) -> HostOutcome:
-    """One strict connection to the host, reused for every installer call; a refused connection is a gate."""
+    """One strict connection to the host, reused for every installer call; a refused connection is a gate.
+    `activate` (rollback) only re-activates a complete, verified deployment: nothing is sent."""
+    work: Callable[[HostConnection], HostOutcome] = (
+        (lambda c: install_host(c, run, commands)) if mode == "install" else (lambda c: activate_host(c, run))
+    )
     began = time.monotonic()
     try:
         with connector.connect(access) as connection:
-            outcome = install_host(connection, run, commands)
+            outcome = work(connection)
         outcome.seconds = time.monotonic() - began  # the connection included
         return outcome
     except NarwhalError as exc:
@@ -163,57 +173,102 @@ def connect_and_install(
         return outcome
 
 
+def installer_params(run: PreparedRun, host_id: str, commands: InstallCommands | None = None) -> dict[str, Any]:
+    """What every installer action on this host's deployment is told (the commands only for `install`)."""
+    files = install_files(run.manifest.host(host_id), run.manifest.bundle)
+    return {
+        "remote_dir": run.manifest.remote_dir,
+        "revision": run.manifest.revision,
+        "files": [f.model_dump() for f, _ in files],
+        "owner": f"deploy-hosts from {socket.gethostname()} ({run.run_dir.name})",
+        **({"install_command": commands.install, "check_command": commands.check} if commands else {}),
+    }
+
+
 def install_host(connection: HostConnection, run: PreparedRun, commands: InstallCommands) -> HostOutcome:
-    """Inspect, install what is missing, commit the marker; stops at the first failing gate."""
+    """Inspect, install what is missing, commit the marker; stops at the first failing gate. A deployment
+    found complete is made current (`activate`) without sending anything; the outcome stays `reused`."""
     began = time.monotonic()
     host = run.manifest.host(connection.host_id)
     files = install_files(host, run.manifest.bundle)
     outcome = HostOutcome(host.id, remote_dir=run.manifest.remote_dir)
-    params: dict[str, Any] = {
-        "remote_dir": run.manifest.remote_dir,
-        "revision": run.manifest.revision,
-        "files": [f.model_dump() for f, _ in files],
-        "install_command": commands.install,
-        "check_command": commands.check,
-        "owner": f"deploy-hosts install from {socket.gethostname()} ({run.run_dir.name})",
-    }
+    params = installer_params(run, host.id, commands)
     log = HostLog(run.log_path(host.id))
     try:
-        report = _call(connection, log, {**params, "action": "inspect"}, [])
+        report = call_installer(connection, log, {**params, "action": "inspect"}, [])
         outcome.files_verified = report.files_verified
-        if report.outcome != "reused":
+        if report.outcome == "reused":
+            call_installer(connection, log, {**params, "action": "activate"}, [])
+        else:
             send = [(f, p) for f, p in files if report.files.get(f.name) != "present"]
             payloads = [_read_pinned(host.id, run.run_dir, p) for _, p in send]
             params["send"] = [f.name for f, _ in send]
             outcome.bytes_sent = sum(len(p) for p in payloads)
-            report = _call(connection, log, {**params, "action": "install"}, payloads)
+            report = call_installer(connection, log, {**params, "action": "install"}, payloads)
             outcome.files_sent = report.files_received
             params.pop("send")
-            report = _call(connection, log, {**params, "action": "commit"}, [])
+            report = call_installer(connection, log, {**params, "action": "commit"}, [])
             outcome.files_verified = report.files_verified
         outcome.outcome = report.outcome
-    except HostInstallFailure as failure:
-        outcome.gate, outcome.message = failure.gate, failure.message
     except NarwhalError as exc:
-        outcome.gate, outcome.message = "connection", terminal_safe(str(exc))
-        log.note(f"connection failure: {outcome.message}")
+        _failed(outcome, exc, log)
     outcome.seconds = time.monotonic() - began
     log.note(f"outcome: {outcome.describe()}")
     return outcome
 
 
-def _call(connection: HostConnection, log: HostLog, params: dict[str, Any], payloads: list[bytes]) -> InstallReport:
-    """One installer run; bounded by the connector's command timeout (`SshSettings.command_timeout_s`)."""
+def activate_host(connection: HostConnection, run: PreparedRun) -> HostOutcome:
+    """Rollback on one host: the deployment must be there complete and untampered (`inspect` says `reused`,
+    0 bytes sent), then `activate` moves `current` under its lock after verifying it again."""
+    began = time.monotonic()
+    outcome = HostOutcome(connection.host_id, remote_dir=run.manifest.remote_dir)
+    params = installer_params(run, connection.host_id)
+    log = HostLog(run.log_path(connection.host_id))
+    try:
+        report = call_installer(connection, log, {**params, "action": "inspect"}, [])
+        if report.outcome == "absent":
+            raise HostInstallFailure(connection.host_id, "absent", f"~/{run.manifest.remote_dir} is not on this "
+                                     f"host: run deploy-hosts install --run {run.run_dir}")  # fmt: skip
+        if report.outcome != "reused":
+            raise HostInstallFailure(connection.host_id, "marker", f"~/{run.manifest.remote_dir} is incomplete "
+                                     f"there: run deploy-hosts install --run {run.run_dir}")  # fmt: skip
+        report = call_installer(connection, log, {**params, "action": "activate"}, [])
+        outcome.outcome, outcome.files_verified = report.outcome, report.files_verified
+    except NarwhalError as exc:
+        _failed(outcome, exc, log)
+    outcome.seconds = time.monotonic() - began
+    log.note(f"outcome: {outcome.describe()}")
+    return outcome
+
+
+def _failed(outcome: HostOutcome, exc: NarwhalError, log: HostLog | None) -> None:
+    """A gate the host named, or a connection that failed under the installer."""
+    if isinstance(exc, HostInstallFailure):
+        outcome.gate, outcome.message = exc.gate, exc.message
+        return
+    outcome.gate, outcome.message = "connection", terminal_safe(str(exc))
+    if log is not None:
+        log.note(f"connection failure: {outcome.message}")
+
+
+def call_installer(
+    connection: HostConnection, log: HostLog | None, params: dict[str, Any], payloads: list[bytes]
+) -> InstallReport:
+    """One installer run; bounded by the connector's command timeout (`SshSettings.command_timeout_s`).
+    Without a log (read-only `status`, `prune`), nothing is written on the workstation."""
     script = installer_script(params)
-    log.script(params["action"], script)
+    if log is not None:
+        log.script(params["action"], script)
     result = connection.run(BOOTSTRAP, stdin=install_stream(script, payloads))
-    log.result(result.rc, result.stdout, result.stderr)
+    if log is not None:
+        log.result(result.rc, result.stdout, result.stderr)
     try:
         report = parse_install_report(result.stdout)
     except ReportError as exc:
-        detail = f"{exc} (exit status {result.rc}; see {log.path})"
+        detail = f"{exc} (exit status {result.rc}" + (f"; see {log.path})" if log else ")")
         raise HostInstallFailure(connection.host_id, "report", detail) from None
-    log.steps(report)
+    if log is not None:
+        log.steps(report)
     if report.outcome == "failed":
         raise HostInstallFailure(connection.host_id, report.gate or "report", report.message or "(no message)")
     return report

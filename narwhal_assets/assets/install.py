@@ -1,13 +1,15 @@
 """`host_installation`: one partition per physical host (`narwhal_hosts`), installing a prepared run there.
 
-A partition's materialization records the revision, deployment id, remote directory, outcome (`installed` or
-`reused`), bytes and files sent, files verified and seconds; a failing host records the same as an
+A partition's materialization records the revision, deployment id, remote directory, outcome (`installed`,
+`reused`, or `activated` by a rollback), who started it, bytes and files sent, files verified and seconds, so
+the partition's history is the audit log of what ran where; a failing host records the same as an
 observation naming its gate, then fails its run, so the UI shows every host's state and a re-run (or a
 backfill over all partitions) retries it.
 """
 
-
+import getpass
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 
@@ -17,11 +19,13 @@ from narwhal_assets.installation import (
     HostInstallFailure,
     HostOutcome,
     InstallCommands,
+    Mode,
     PreparedRun,
     connect_and_install,
     open_prepared_run,
 )
 from narwhal_assets.resources import ManagementCheckout, SshSettings
+from narwhal_assets.runner import COMMAND_TAG
 from narwhal_assets.ssh.access import host_access
 from narwhal_assets.ssh.trust import TrustMode
 
@@ -30,9 +34,12 @@ INSTALLATION = dg.AssetKey("host_installation")
 
 
 class InstallConfig(dg.Config):
-    """`run_dir`: the prepared directory; empty means the latest `deployment_manifest` materialization's (lineage)."""
+    """`run_dir`: the prepared directory; empty means the latest `deployment_manifest` materialization's (lineage).
+    `mode`: `install` (send what is missing, then make it current) or `activate` (rollback: make an installed,
+    untampered deployment current again; nothing is sent)."""
 
     run_dir: str = ""
+    mode: Literal["install", "activate"] = "install"
 
 
 @dg.asset(
@@ -52,8 +59,11 @@ def host_installation(
     run = open_prepared_run(settings, inventory, run_dir)
     entry = inventory.host(context.partition_key)
     connector = ssh.connector(settings, TrustMode.STRICT)
-    outcome = connect_and_install(connector, host_access(settings, entry), run, InstallCommands.from_settings(settings))
-    metadata = outcome_metadata(run, outcome)
+    commands = InstallCommands.from_settings(settings)
+    mode: Mode = config.mode
+    outcome = connect_and_install(connector, host_access(settings, entry), run, commands, mode)
+    who = f"{context.run.tags.get(COMMAND_TAG, 'dagster')} by {getpass.getuser()}"
+    metadata = {**outcome_metadata(run, outcome), "mode": mode, "who": who}
     if not outcome.ok:
         context.log_event(dg.AssetObservation(asset_key=INSTALLATION, partition=entry.id, metadata=metadata))
         raise HostInstallFailure(entry.id, outcome.gate or "unknown", outcome.message or "", outcome)
@@ -80,7 +90,7 @@ def outcome_metadata(run: PreparedRun, outcome: HostOutcome) -> dict[str, object
 
 install_job = dg.define_asset_job(
     "install_job",
-    selection=dg.AssetSelection.assets(INSTALLATION),
+    selection=dg.AssetSelection.assets(INSTALLATION).without_checks(),
     partitions_def=host_partitions,
     description="Install the prepared run on the selected hosts (one partition per physical host)",
 )

@@ -2,7 +2,8 @@
 
 The manifest is checked against the checkout for every host before any connection (exit 2). Each host is
 its own run and partition event; up to `--max-parallel` run at once. With `--max-parallel 1` hosts run in
-inventory order and the first failure stops the rest, as the upstream deployment helper does.
+inventory order and the first failure stops the rest, as the upstream deployment helper does. A host where
+the run is already installed and intact gets nothing sent; `current` is moved to it either way.
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from typing import TYPE_CHECKING, Any
 from narwhal_assets.core.errors import InputError, NarwhalError
 
 if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast --help)
+    from dagster import DagsterInstance
+
     from narwhal_assets.core.inventory import HostEntry
-    from narwhal_assets.installation import HostOutcome
+    from narwhal_assets.installation import HostOutcome, Mode
 
 EXIT_FAILED = 1
 COMMAND = "install"
 DEFAULT_PARALLEL = 8
 
 
-def run_host(root: Path, run_dir: Path, host_id: str) -> HostOutcome:
+def run_host(root: Path, run_dir: Path, host_id: str, mode: Mode = "install", command: str = COMMAND) -> HostOutcome:
     """One `install_job` run for one partition against the operator's instance; a failing gate comes back as
     the host's outcome. Runs in a worker process when hosts run in parallel: Dagster's in-process execution
     is not safe in several threads of one process (its log handlers and SQLite storage lock each other)."""
@@ -34,9 +37,9 @@ def run_host(root: Path, run_dir: Path, host_id: str) -> HostOutcome:
     from narwhal_assets.installation import HostInstallFailure, HostOutcome
     from narwhal_assets.runner import run_job
 
-    config: dict[str, Any] = {"ops": {INSTALLATION.path[-1]: {"config": {"run_dir": str(run_dir)}}}}
+    config: dict[str, Any] = {"ops": {INSTALLATION.path[-1]: {"config": {"run_dir": str(run_dir), "mode": mode}}}}
     try:
-        result = run_job(root, install_job.name, COMMAND, run_config=config, partition_key=host_id)
+        result = run_job(root, install_job.name, command, run_config=config, partition_key=host_id)
     except HostInstallFailure as failure:
         return failure.outcome or HostOutcome(host_id, gate=failure.gate, message=failure.message)
     except NarwhalError as exc:
@@ -49,11 +52,13 @@ def run_host(root: Path, run_dir: Path, host_id: str) -> HostOutcome:
     )  # fmt: skip
 
 
-def run_host_in_worker(environ: dict[str, str], root: Path, run_dir: Path, host_id: str) -> HostOutcome:
+def run_host_in_worker(
+    environ: dict[str, str], root: Path, run_dir: Path, host_id: str, mode: Mode, command: str
+) -> HostOutcome:
     """`run_host` in a worker, with the caller's environment (the fork server's may be older)."""
     os.environ.clear()
     os.environ.update(environ)
-    return run_host(root, run_dir, host_id)
+    return run_host(root, run_dir, host_id, mode, command)
 
 
 def workers(count: int) -> ProcessPoolExecutor:
@@ -64,37 +69,48 @@ def workers(count: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=count, mp_context=context)
 
 
-def run(args: argparse.Namespace) -> int:
-
+def instance_with_hosts(root: Path, host_ids: list[str]) -> DagsterInstance:
+    """The operator's instance, with a `narwhal_hosts` partition for every inventory host (none removed)."""
     from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
+    from narwhal_assets.runner import operator_instance
+
+    instance = operator_instance(root)
+    known = set(instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
+    missing = [host_id for host_id in host_ids if host_id not in known]
+    if missing:
+        instance.add_dynamic_partitions(HOSTS_PARTITIONS_NAME, missing)
+    return instance
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_partitions(args, "install", COMMAND)
+
+
+def run_partitions(args: argparse.Namespace, mode: Mode, command: str) -> int:
+    """`install_job` for each selected host's partition in `mode`, reporting each host; exit 1 on a failure."""
     from narwhal_assets.checkout import Checkout
     from narwhal_assets.installation import open_prepared_run
-    from narwhal_assets.runner import operator_instance
 
     if args.max_parallel < 1:
         raise InputError(["--max-parallel: must be 1 or more"])
     checkout = Checkout.open(args.root)
     entries = checkout.select(args.host or (), args.role or ())
     prepared = open_prepared_run(checkout.settings, checkout.inventory, args.run)
-    instance = operator_instance(args.root)
-    known = set(instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
-    missing = [e.id for e in checkout.inventory.hosts if e.id not in known]
-    if missing:
-        instance.add_dynamic_partitions(HOSTS_PARTITIONS_NAME, missing)
+    instance_with_hosts(args.root, checkout.inventory.host_ids())
     manifest = prepared.manifest
-    print(f"install {prepared.run_dir} revision {manifest.revision} into ~/{manifest.remote_dir}")
+    print(f"{command} {prepared.run_dir} revision {manifest.revision} into ~/{manifest.remote_dir}")
     outcomes: dict[str, HostOutcome] = {}
     if args.max_parallel == 1 or len(entries) == 1:
         for entry in entries:
-            outcomes[entry.id] = run_host(args.root, prepared.run_dir, entry.id)
+            outcomes[entry.id] = run_host(args.root, prepared.run_dir, entry.id, mode, command)
             _show(entry, outcomes[entry.id])
             if not outcomes[entry.id].ok:
                 break
     else:
         with workers(min(args.max_parallel, len(entries))) as pool:
             environ = dict(os.environ)
-            futures = {e.id: pool.submit(run_host_in_worker, environ, args.root, prepared.run_dir, e.id)
-                       for e in entries}  # fmt: skip
+            futures = {e.id: pool.submit(run_host_in_worker, environ, args.root, prepared.run_dir, e.id, mode,
+                                         command) for e in entries}  # fmt: skip
             for entry in entries:
                 outcomes[entry.id] = futures[entry.id].result()
                 _show(entry, outcomes[entry.id])
@@ -104,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     failed = [o for o in outcomes.values() if not o.ok]
     print(f"logs in {prepared.run_dir / 'logs'}")
     for outcome in failed:
-        print(f"deploy-hosts install: host {outcome.host_id} failed at gate {outcome.gate!r}: {outcome.message}",
+        print(f"deploy-hosts {command}: host {outcome.host_id} failed at gate {outcome.gate!r}: {outcome.message}",
               file=sys.stderr)  # fmt: skip
     return EXIT_FAILED if failed or skipped else 0
 
@@ -116,12 +132,21 @@ def _show(entry: HostEntry, outcome: HostOutcome) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("install", help="install a prepared run on the selected hosts (install_job)",
                             description=__doc__)  # fmt: skip
+    add_run_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--run DIR`, the host selection and `--max-parallel`: shared by `install` and `rollback`."""
     parser.add_argument("--run", type=Path, required=True, metavar="DIR", help="the prepared directory")
+    add_selection(parser)
+    parser.add_argument("--max-parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
+                        help=f"hosts at once (default {DEFAULT_PARALLEL}); 1: inventory order, "
+                        "stop at the first failure")  # fmt: skip
+
+
+def add_selection(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--host", action="append", metavar="ID", help="physical host id (repeatable)")
     which.add_argument("--role", action="append", metavar="ROLE",
                        help="the host owning ROLE, colocated roles included (repeatable)")  # fmt: skip
-    parser.add_argument("--max-parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
-                        help=f"hosts installed at once (default {DEFAULT_PARALLEL}); 1: inventory order, "
-                        "stop at the first failure")  # fmt: skip
-    parser.set_defaults(func=run)

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.manifest import REMOTE_BASE
 from narwhal_assets.core.roles import Role
 
 if TYPE_CHECKING:  # paramiko and the installer load only when a shell or tunnel is opened (fast --help)
     from narwhal_assets.ssh.openssh import OpenSshCommand
 
+CURRENT_DIR = f"{REMOTE_BASE}/current"
 FORWARD_RE = re.compile(r"(\d+):(?:(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):)?(\d+)")
 
 
@@ -31,7 +33,8 @@ def role_shell_command(remote_dir: str, role: Role, command: str | None) -> str:
     """The remote command of a role shell: enter the deployed checkout, load only this role's file with
     tracing off, activate `.venv`, then an interactive bash (or `command`) without profile or rc files.
 
-    `remote_dir` is `Narwhal-deploy/<hex id>` (checked by the manifest model), so it needs no quoting.
+    `remote_dir` is `Narwhal-deploy/<hex id>` (checked by the manifest model) or `Narwhal-deploy/current`
+    (the deployment in service), so it needs no quoting.
     """
     final = "-i" if command is None else f"-c {shlex.quote(command)}"
     inner = (
@@ -54,13 +57,15 @@ def build(args: argparse.Namespace) -> OpenSshCommand:
     checkout = Checkout.open(args.root)
     entry = checkout.inventory.host_for_role(args.role)
     remote_command, command = None, getattr(args, "run_command", None)  # `args.command` is the subcommand
+    remote_dir = CURRENT_DIR if getattr(args, "current", False) else None
     if getattr(args, "run", None) is not None:
-        prepared = open_prepared_run(checkout.settings, checkout.inventory, args.run)
+        remote_dir = open_prepared_run(checkout.settings, checkout.inventory, args.run).manifest.remote_dir
+    if remote_dir is not None:
         role = Role.parse(args.role)
         assert role is not None  # the inventory only holds valid roles
-        remote_command = role_shell_command(prepared.manifest.remote_dir, role, command)
+        remote_command = role_shell_command(remote_dir, role, command)
     elif command is not None:
-        raise InputError(["--command needs --run: it runs in the role environment of a prepared run"])
+        raise InputError(["--command needs --run or --current: it runs in the role environment of a deployment"])
     access = host_access(checkout.settings, entry)
     endpoint = resolve_endpoint(access.destination, checkout.settings.ssh_config_path)
     forward = parse_forward(args.forward) if getattr(args, "forward", None) else None
@@ -92,13 +97,16 @@ def tunnel(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    sh = sub.add_parser("shell", help="interactive shell on the host owning --role (with --run: in its role "
-                        "environment)")  # fmt: skip
+    sh = sub.add_parser("shell", help="interactive shell on the host owning --role (with --run or --current: in "
+                        "its role environment)")  # fmt: skip
     sh.add_argument("--role", required=True, metavar="ROLE", help="router or engine-<n>: the host owning it")
-    sh.add_argument("--run", type=Path, metavar="DIR", help="a prepared and installed run: enter its checkout, "
-                    "load runs/deployment/.env.ROLE (tracing off), activate .venv")  # fmt: skip
-    sh.add_argument("--command", dest="run_command", metavar="CMD", help="with --run: run CMD in that "
-                    "environment without a TTY instead of an interactive bash")  # fmt: skip
+    which = sh.add_mutually_exclusive_group()
+    which.add_argument("--run", type=Path, metavar="DIR", help="a prepared and installed run: enter its checkout, "
+                       "load runs/deployment/.env.ROLE (tracing off), activate .venv")  # fmt: skip
+    which.add_argument("--current", action="store_true", help=f"the same in the deployment ~/{CURRENT_DIR} "
+                       "points at (the one in service), without naming its prepared run")  # fmt: skip
+    sh.add_argument("--command", dest="run_command", metavar="CMD", help="with --run or --current: run CMD in "
+                    "that environment without a TTY instead of an interactive bash")  # fmt: skip
     sh.set_defaults(func=shell)
     tn = sub.add_parser("tunnel", help="forward a local port to the host owning --role")
     tn.add_argument("--role", required=True, metavar="ROLE", help="router or engine-<n>: the host owning it")

@@ -14,7 +14,18 @@ Actions, all on `~/<remote_dir>` (created with umask 077):
   `checkout/`, require HEAD == revision and a clean tree, place role files, create `.venv`, run the install
   and check commands: outcome `ready`. The marker is NOT written here: a host whose connection died
   mid-install must not claim completion, so the workstation commits it only after reading this report.
-- `commit`: under the lock, verify everything again, then write the marker (revision + newline): `installed`.
+- `commit`: under the lock, verify everything again, write `.installed-files` (SHA-256 of the file list as
+  sent, so a directory says which file set it claims) then the marker (revision + newline), then move
+  `current`: `installed`.
+- `activate`: under the lock, require the marker to name the revision, verify everything, move `current`.
+- `status`: read-only, on `~/<remote_base>/`: every entry (bounded), its marker state and revision, which one
+  `current` names, and for the deployments whose file list the workstation passed (`known`), `intact` or
+  the first problem found.
+- `prune`: for each id in `remove`, under that deployment's lock and never `current`'s target: rename it to
+  `.removing-<id>-<pid>` (a cut connection leaves nothing that looks like a deployment), then delete it.
+
+`~/<remote_base>/current` is a relative symlink to the deployment in service, replaced by one `rename` of a
+new symlink, only under the deployment's lock, after its marker is there and everything verified.
 
 A file already in place with other content, a symlink or a non-regular file stops the host at the gate
 that found it and is left as it was.
@@ -24,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -43,9 +55,12 @@ BUNDLE = "source.bundle"
 CHUNK = 1 << 20
 OUTPUT_LIMIT = 64 * 1024
 MARKER_LIMIT = 256
+FILE_SET = ".installed-files"
+CURRENT = "current"
+ENTRY_LIMIT = 256
 COMMAND_TIMEOUT_S = 3600.0
 GIT_TIMEOUT_S = 600.0
-ACTIONS = ("inspect", "install", "commit")
+ACTIONS = ("inspect", "install", "commit", "activate", "status", "prune")
 
 
 class GateFailure(Exception):
@@ -64,9 +79,13 @@ class _Stop(BaseException):
 class Installer:
     def __init__(self, params: dict) -> None:
         self.params = params
-        self.base = os.path.join(os.path.expanduser("~"), params["remote_dir"])
-        self.revision = params["revision"]
-        self.files = params["files"]
+        home = os.path.expanduser("~")
+        self.base = os.path.join(home, params.get("remote_base") or params["remote_dir"])
+        # `~/Narwhal-deploy`, where `current` is: the base itself for `status` and `prune`
+        self.top = self.base if params.get("remote_base") else os.path.dirname(self.base)
+        self.revision = params.get("revision", "")
+        self.files = params.get("files", [])
+        self.detail: dict = {}
         self.steps: list = []
         self.states: dict = {}
         self.verified = 0
@@ -254,14 +273,30 @@ class Installer:
             return handle.read(MARKER_LIMIT).decode("ascii", "replace")
 
     def write_marker(self) -> None:
-        temp = self.path(f".{MARKER}.part-{os.getpid()}")
+        """The file set first, the marker last: a marker always comes with the file set it was written for."""
+        self.write_atomic(FILE_SET, files_sha256(self.files) + "\n")
+        self.write_atomic(MARKER, self.revision + "\n")
+
+    def write_atomic(self, name: str, text: str) -> None:
+        temp = self.path(f".{name}.part-{os.getpid()}")
         self.temps.append(temp)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as handle:
-            handle.write((self.revision + "\n").encode("ascii"))
+            handle.write(text.encode("ascii"))
             handle.flush()
             os.fsync(handle.fileno())
-        os.rename(temp, self.path(MARKER))
+        os.rename(temp, self.path(name))
+        self.temps.remove(temp)
+
+    def move_current(self) -> None:
+        """Point `current` at this deployment: a new symlink renamed over the old one (atomic)."""
+        where = os.path.join(self.top, CURRENT)
+        if os.path.lexists(where) and not os.path.islink(where):
+            raise GateFailure("current", f"{CURRENT} is not a symlink (left as it is)")
+        temp = os.path.join(self.top, f"{CURRENT}.part-{os.getpid()}")
+        self.temps.append(temp)
+        os.symlink(os.path.basename(self.base), temp)
+        os.rename(temp, where)
         self.temps.remove(temp)
 
     # ----------------------------------------------------------------- lock
@@ -312,10 +347,15 @@ class Installer:
         if found is None:
             self.verify_files(require=False)
             return "incomplete"
-        if found != self.revision + "\n":
-            raise GateFailure("marker", f"{MARKER} names another revision (left as it is)")
+        self.require_marker(found)
         self.verify_all()
         return "reused"
+
+    def require_marker(self, found: str | None) -> None:
+        if found is None:
+            raise GateFailure("marker", f"{MARKER}: missing (the install did not complete)")
+        if found != self.revision + "\n":
+            raise GateFailure("marker", f"{MARKER} names another revision (left as it is)")
 
     def install(self) -> str:
         _make_dirs(self.base, os.path.expanduser("~"))
@@ -334,10 +374,144 @@ class Installer:
         self.lock()
         self.verify_all()
         self.write_marker()
+        self.move_current()
         return "installed"
+
+    def activate(self) -> str:
+        _plain_dir(self.base)
+        self.lock()
+        self.require_marker(self.marker())
+        self.verify_all()
+        self.move_current()
+        return "activated"
+
+    def status(self) -> str:
+        self.detail = {"current": _current_target(self.top), "deployments": [], "truncated": False}
+        if not os.path.lexists(self.top):
+            return "listed"
+        _plain_dir(self.top)
+        known = self.params.get("known", {})
+        with os.scandir(self.top) as entries:
+            for count, entry in enumerate(entries):
+                if count >= ENTRY_LIMIT:
+                    self.detail["truncated"] = True
+                    break
+                if entry.name != CURRENT:
+                    self.detail["deployments"].append(self.describe(entry.name, known.get(entry.name)))
+        self.detail["deployments"].sort(key=lambda d: d["name"])
+        return "listed"
+
+    def describe(self, name: str, known: dict | None) -> dict:
+        """One entry of the base directory; a foreign name or a non-directory is never read."""
+        where = os.path.join(self.top, name)
+        found = {"name": name[:64], "state": "foreign", "revision": None, "file_set": None, "installed_at": None,
+                 "check": "unknown", "problem": None}  # fmt: skip
+        if not _deployment_id(name) or not stat.S_ISDIR(os.lstat(where).st_mode):
+            return found
+        known = known or {}
+        one = Installer({"remote_dir": os.path.relpath(where, os.path.expanduser("~")),
+                         "revision": known.get("revision", ""), "files": known.get("files", [])})  # fmt: skip
+        try:
+            marker = one.marker()
+            found["file_set"] = _read_line(os.path.join(where, FILE_SET))
+        except GateFailure as failure:
+            return {**found, "state": "incomplete", "check": "tampered", "problem": failure.message}
+        found["revision"] = marker.strip()[:64] if marker else None
+        found["installed_at"] = os.lstat(os.path.join(where, MARKER)).st_mtime if marker else None
+        lock = os.path.join(where, LOCK)
+        if os.path.lexists(lock) and _process_alive(_read_owner(lock)):
+            return {**found, "state": "locked"}
+        found["state"] = "installed" if marker else "incomplete"
+        if not known or marker is None:
+            return found
+        try:
+            if found["file_set"] not in (None, files_sha256(one.files)):
+                raise GateFailure("marker", f"{FILE_SET}: names another file set")
+            one.require_marker(marker)
+            one.verify_all()
+        except GateFailure as failure:
+            return {**found, "check": "tampered", "problem": failure.message}
+        return {**found, "check": "intact"}
+
+    def prune(self) -> str:
+        """Remove each named deployment, re-checked here: never `current`'s target, never a locked one."""
+        self.detail = {"removed": [], "kept": {}, "leftovers_removed": self.remove_leftovers()}
+        for name in self.params.get("remove", [])[:ENTRY_LIMIT]:
+            reason = self.remove(name)
+            if reason:
+                self.detail["kept"][name[:64]] = reason
+            else:
+                self.detail["removed"].append(name)
+        return "pruned"
+
+    def remove_leftovers(self) -> int:
+        """Delete `.removing-<id>-<pid>` directories whose pruning process is gone (a cut connection)."""
+        count = 0
+        if not os.path.isdir(self.top):
+            return 0
+        with os.scandir(self.top) as entries:
+            names = [e.name for e in itertools.islice(entries, ENTRY_LIMIT) if e.name.startswith(".removing-")]
+        for name in names:
+            pid = name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not _start_ticks(int(pid)):
+                shutil.rmtree(os.path.join(self.top, name), ignore_errors=True)
+                count += 1
+        return count
+
+    def remove(self, name: str) -> str | None:
+        """Why `name` stays, or None once it is gone."""
+        where = os.path.join(self.top, name)
+        if not _deployment_id(name) or not os.path.lexists(where) or not stat.S_ISDIR(os.lstat(where).st_mode):
+            return "not a deployment directory here"
+        one = Installer({"remote_dir": os.path.relpath(where, os.path.expanduser("~"))})
+        try:
+            one.lock()
+        except GateFailure as failure:
+            return failure.message
+        try:
+            if _current_target(self.top) == name:
+                return "current points at it"
+            gone = os.path.join(self.top, f".removing-{name}-{os.getpid()}")
+            os.rename(where, gone)
+            one.lock_taken = False  # the lock went with the directory
+        finally:
+            one.unlock()
+        shutil.rmtree(gone)
+        return None
 
 
 # --------------------------------------------------------------------- file system helpers
+
+
+def files_sha256(files: list) -> str:
+    """The file list's digest as `.installed-files` holds it (the workstation computes the same)."""
+    text = json.dumps(files, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _deployment_id(name: str) -> bool:
+    return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
+
+
+def _current_target(top: str) -> str | None:
+    """The deployment id `current` names; "" when it is there but not a symlink to a deployment id."""
+    try:
+        target = os.readlink(os.path.join(top, CURRENT))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ""
+    return target if _deployment_id(target) else ""
+
+
+def _read_line(path: str) -> str | None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    _regular(info, os.path.basename(path), "marker")
+    with open(path, "rb") as handle:
+        return handle.read(MARKER_LIMIT).decode("ascii", "replace").strip()[:64]
 
 
 def _show(argv: list) -> str:
@@ -466,8 +640,8 @@ def main(params_json: str) -> None:
         installer.unlock()
         _drain_stdin()
     report.update(
-        files=installer.states, files_verified=installer.verified, files_received=installer.received,
-        bytes_received=installer.bytes_received, steps=installer.steps,
+        **installer.detail, files=installer.states, files_verified=installer.verified,
+        files_received=installer.received, bytes_received=installer.bytes_received, steps=installer.steps,
         seconds=round(time.monotonic() - began, 3),
     )  # fmt: skip
     try:

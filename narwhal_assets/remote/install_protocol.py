@@ -11,11 +11,12 @@ import json
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.manifest import DEPLOYMENT_ID_RE
 
 # Reads the length-prefixed installer from stdin and runs it; what follows on stdin is the installer's.
 BOOTSTRAP = (
@@ -23,7 +24,9 @@ BOOTSTRAP = (
     'exec(compile(sys.stdin.buffer.read(n),"narwhal-install","exec"))\''
 )
 REPORT_LIMIT = 8 << 20
-Action = Literal["inspect", "install", "commit"]
+Action = Literal["inspect", "install", "commit", "activate", "status", "prune"]
+ENTRY_LIMIT = 256  # the installer's `ENTRY_LIMIT`: entries `status` lists, ids `prune` takes
+DeploymentId = Annotated[str, Field(pattern=DEPLOYMENT_ID_RE.pattern, max_length=32)]
 
 
 class InstallFile(BaseModel):
@@ -45,15 +48,35 @@ class InstallStep(BaseModel):
     seconds: float = 0.0
 
 
+class DeploymentEntry(BaseModel):
+    """One entry of the host's `~/Narwhal-deploy/` as `status` saw it (`foreign`: not a deployment, not read)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(max_length=64)
+    state: Literal["installed", "incomplete", "locked", "foreign"]
+    revision: str | None = Field(default=None, max_length=64)
+    file_set: str | None = Field(default=None, max_length=64)
+    installed_at: float | None = None
+    check: Literal["intact", "tampered", "unknown"] = "unknown"
+    problem: str | None = Field(default=None, max_length=4096)
+
+    @field_validator("name", "revision", "file_set", "problem")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        return None if value is None else terminal_safe(value)
+
+
 class InstallReport(BaseModel):
-    """The installer's one-line JSON report."""
+    """The installer's one-line JSON report (`status` and `prune` add their fields)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     schema_: Literal["narwhal.install-report"] = Field(alias="schema")
     schema_version: Literal[1]
     action: Action
-    outcome: Literal["absent", "incomplete", "reused", "ready", "installed", "failed"]
+    outcome: Literal["absent", "incomplete", "reused", "ready", "installed", "activated", "listed", "pruned",
+                     "failed"]  # fmt: skip
     gate: str | None = Field(default=None, max_length=32)
     message: str | None = Field(default=None, max_length=4096)
     files: dict[str, Literal["present", "missing"]] = Field(default_factory=dict)
@@ -62,12 +85,24 @@ class InstallReport(BaseModel):
     bytes_received: int = Field(default=0, ge=0)
     steps: list[InstallStep] = Field(default_factory=list, max_length=64)
     seconds: float = 0.0
+    current: str | None = Field(default=None, max_length=64)
+    deployments: list[DeploymentEntry] = Field(default_factory=list, max_length=ENTRY_LIMIT)
+    truncated: bool = False
+    leftovers_removed: int = Field(default=0, ge=0)
+    removed: list[DeploymentId] = Field(default_factory=list, max_length=ENTRY_LIMIT)
+    kept: dict[DeploymentId, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict,
+                                                                            max_length=ENTRY_LIMIT)  # fmt: skip
 
-    @field_validator("gate", "message")
+    @field_validator("current", "gate", "message")
     @classmethod
     def _printable(cls, value: str | None) -> str | None:
         """Host text reaches the operator's terminal: control and other unprintable characters are escaped."""
         return None if value is None else terminal_safe(value)
+
+    @field_validator("kept")
+    @classmethod
+    def _printable_reasons(cls, value: dict[str, str]) -> dict[str, str]:
+        return {name: terminal_safe(reason) for name, reason in value.items()}
 
 
 class ReportError(NarwhalError):

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from narwhal_assets.remote.install import files_sha256
 from narwhal_assets.remote.install_protocol import (
     BOOTSTRAP,
     InstallReport,
@@ -43,20 +45,22 @@ def source(tmp_path: Path) -> tuple[str, bytes]:
 class Host:
     """A HOME directory the installer runs in, as the host's user would."""
 
-    def __init__(self, home: Path, revision: str, bundle: bytes) -> None:
+    def __init__(self, home: Path, revision: str, bundle: bytes, remote_dir: str = REMOTE_DIR) -> None:
         self.home = home
-        self.base = home / REMOTE_DIR
+        self.base = home / remote_dir
         self.payloads = {"source.bundle": bundle, ".env.engine-1": ROLE_FILE}
         self.params: dict[str, Any] = {
-            "remote_dir": REMOTE_DIR, "revision": revision, "owner": "unit test",
+            "remote_dir": remote_dir, "revision": revision, "owner": "unit test",
             "install_command": "true", "check_command": "test -n \"$VIRTUAL_ENV\"",
             "files": [{"name": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
                        "install_to": None if name == "source.bundle" else "runs/deployment/.env.engine-1",
                        "keep_if_present": False} for name, data in self.payloads.items()],
         }  # fmt: skip
 
-    def call(self, action: str, send: list[str] | None = None, stream: bytes | None = None) -> InstallReport:
-        params = {**self.params, "action": action, **({"send": send} if send is not None else {})}
+    def call(
+        self, action: str, send: list[str] | None = None, stream: bytes | None = None, **extra: object
+    ) -> InstallReport:
+        params = {**self.params, "action": action, **({"send": send} if send is not None else {}), **extra}
         payload = stream if stream is not None else b"".join(self.payloads[name] for name in send or [])
         env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
         done = subprocess.run(["sh", "-c", BOOTSTRAP], input=install_stream(installer_script(params), [payload]),
@@ -176,3 +180,70 @@ def test_reports_from_a_hostile_host_are_bounded_and_escaped() -> None:
     assert report.message == "held by \\x1b]0;pwned\\x07 x\\ny"
     with pytest.raises(ReportError, match="exceeds"):
         parse_install_report(b"x" * (9 << 20))
+
+
+OTHER_DIR = "Narwhal-deploy/fedcba9876543210fedcba9876543210"
+
+
+def known(*hosts: Host) -> dict[str, object]:
+    return {h.base.name: {"revision": h.params["revision"], "files": h.params["files"]} for h in hosts}
+
+
+def test_commit_and_activate_move_current_atomically_and_status_reports_every_directory(
+    host: Host, source: tuple[str, bytes]
+) -> None:
+    other = Host(host.home, *source, remote_dir=OTHER_DIR)
+    current = host.home / "Narwhal-deploy" / "current"
+    host.install()
+    assert os.readlink(current) == host.base.name
+    assert (host.base / ".installed-files").read_text() == files_sha256(host.params["files"]) + "\n"
+    other.install()
+    assert os.readlink(current) == other.base.name
+    activated = host.call("activate")
+    assert (activated.outcome, activated.bytes_received) == ("activated", 0)
+    assert os.readlink(current) == host.base.name
+    assert not [p.name for p in current.parent.iterdir() if ".part-" in p.name]
+
+    (host.base.parent / "notes.txt").write_text("operator's\n")
+    (other.base / "checkout" / "README").write_text("changed\n")
+    status = host.call("status", remote_base="Narwhal-deploy", known=known(host, other))
+    assert (status.outcome, status.current) == ("listed", host.base.name)
+    by_name = {d.name: d for d in status.deployments}
+    assert by_name["notes.txt"].state == "foreign"
+    assert (by_name[host.base.name].state, by_name[host.base.name].check) == ("installed", "intact")
+    assert by_name[host.base.name].revision == host.params["revision"]
+    assert by_name[other.base.name].check == "tampered"
+    assert by_name[other.base.name].problem == "checkout: tracked files differ from the revision (left as they are)"
+    refused = other.call("activate")
+    assert (refused.outcome, refused.gate) == ("failed", "checkout")
+    assert os.readlink(current) == host.base.name, "a failed activation never moves current"
+
+
+def test_activate_needs_the_marker_and_current_must_be_a_symlink(host: Host, source: tuple[str, bytes]) -> None:
+    other = Host(host.home, *source, remote_dir=OTHER_DIR)
+    inspected = other.call("inspect")
+    missing = [n for n in other.payloads if inspected.files.get(n) != "present"]
+    assert other.call("install", send=missing).outcome == "ready"
+    report = other.call("activate")
+    assert (report.gate, report.message) == ("marker", "installed: missing (the install did not complete)")
+    assert not (other.base.parent / "current").exists()
+    (other.base.parent / "current").mkdir()
+    report = host.install()
+    assert (report.outcome, report.gate) == ("failed", "current")
+    assert report.message == "current is not a symlink (left as it is)"
+
+
+def test_prune_never_removes_current_or_a_locked_deployment(host: Host, source: tuple[str, bytes]) -> None:
+    other = Host(host.home, *source, remote_dir=OTHER_DIR)
+    third = Host(host.home, *source, remote_dir="Narwhal-deploy/" + "a" * 32)
+    for each in (other, third, host):
+        each.install()
+    (third.base / ".install-lock").mkdir()  # no owner information: held
+    (host.base.parent / f".removing-{'c' * 32}-999999999" / "checkout").mkdir(parents=True)  # a cut prune
+    report = host.call("prune", remote_base="Narwhal-deploy",
+                       remove=[host.base.name, other.base.name, third.base.name, "b" * 32])  # fmt: skip
+    assert (report.removed, report.leftovers_removed) == ([other.base.name], 1)
+    assert report.kept == {host.base.name: "current points at it",
+                           third.base.name: ".install-lock is held by an unknown owner (no readable owner.json)",
+                           "b" * 32: "not a deployment directory here"}  # fmt: skip
+    assert sorted(p.name for p in host.base.parent.iterdir()) == sorted(["current", host.base.name, third.base.name])

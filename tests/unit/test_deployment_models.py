@@ -1,0 +1,52 @@
+"""The installer's `status` and `prune` replies as the workstation parses them: bounded, escaped, strict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from narwhal_assets.remote.install_protocol import ENTRY_LIMIT, ReportError, parse_install_report
+
+ID = "0123456789abcdef0123456789abcdef"
+
+
+def reply(**fields: object) -> bytes:
+    base = {"schema": "narwhal.install-report", "schema_version": 1, "action": "status", "outcome": "listed"}
+    return json.dumps({**base, **fields}).encode() + b"\n"
+
+
+def entry(**fields: object) -> dict[str, object]:
+    return {"name": ID, "state": "installed", "revision": "a" * 40, "check": "intact", **fields}
+
+
+def test_a_status_reply_parses_with_every_host_string_escaped() -> None:
+    report = parse_install_report(reply(current=ID, deployments=[
+        entry(), entry(name="evil\x1b[2J", state="foreign", check="unknown", revision=None),
+        entry(check="tampered", problem="checkout/x\x07: content differs")]))  # fmt: skip
+    assert report.current == ID
+    assert [d.name for d in report.deployments] == [ID, "evil\\x1b[2J", ID]
+    assert report.deployments[2].problem == "checkout/x\\x07: content differs"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"deployments": [entry()] * (ENTRY_LIMIT + 1)},
+        {"deployments": [entry(name="x" * 65)]},
+        {"deployments": [entry(state="running")]},
+        {"deployments": [entry(problem="p" * 5000)]},
+        {"current": "c" * 65},
+        {"outcome": "pruned", "removed": ["../../etc"]},
+        {"outcome": "pruned", "kept": {"not-an-id": "locked"}},
+    ],
+)
+def test_oversize_or_malformed_replies_are_refused(fields: dict[str, object]) -> None:
+    with pytest.raises(ReportError, match="not an install report"):
+        parse_install_report(reply(**fields))
+
+
+def test_a_prune_reply_names_only_deployment_ids() -> None:
+    report = parse_install_report(reply(action="prune", outcome="pruned", removed=[ID],
+                                        kept={"f" * 32: "current points at it\x1b]"}))  # fmt: skip
+    assert report.removed == [ID] and report.kept == {"f" * 32: "current points at it\\x1b]"}

@@ -1,0 +1,48 @@
+"""Live-deployment observations and the drift check on a real (ephemeral) Dagster instance, without hosts:
+what `deploy-hosts status` records, and the check as Dagster runs it, share one rule."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from narwhal_assets.assets.deployment_status import live_deployment_matches_installed, record_statuses
+from narwhal_assets.assets.install import INSTALLATION
+from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.deployments import HostStatus
+from narwhal_assets.remote.install_protocol import DeploymentEntry
+
+A, B = "a" * 32, "b" * 32
+
+
+def installed(instance: dg.DagsterInstance, host_id: str, deployment_id: str) -> None:
+    metadata = {"outcome": "installed", "deployment_id": deployment_id, "revision": deployment_id[:1] * 40}
+    instance.report_runless_asset_event(dg.AssetMaterialization(INSTALLATION, partition=host_id, metadata=metadata))
+
+
+def live(host_id: str, current: str | None) -> HostStatus:
+    entries = [DeploymentEntry(name=n, state="installed", revision=n[:1] * 40, check="intact") for n in (A, B)]
+    return HostStatus(host_id, ["engine-1"], current=current, deployments=entries)
+
+
+def test_a_newer_observation_of_another_deployment_fails_the_check_naming_the_host() -> None:
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(HOSTS_PARTITIONS_NAME, ["node-1", "node-2"])
+        installed(instance, "node-1", A)
+        installed(instance, "node-2", A)
+        drifted, evaluation = record_statuses(instance, [live("node-1", A), live("node-2", B)])
+        assert drifted == ["node-2"] and not evaluation.passed
+        rows = {r.data["host"]: r.data for r in evaluation.metadata["revisions"].value.records}
+        assert rows["node-2"]["live_deployment"] == B and rows["node-2"]["installed_deployment"] == A
+        [observed] = instance.fetch_observations(
+            dg.AssetRecordsFilter(asset_key=INSTALLATION, asset_partitions=["node-2"]), limit=1
+        ).records
+        assert observed.asset_observation is not None
+        assert observed.asset_observation.metadata["live_revision"].value == "b" * 40
+        result = live_deployment_matches_installed(dg.build_asset_check_context(instance=instance))
+        assert isinstance(result, dg.AssetCheckResult) and not result.passed
+        assert result.description is not None and "node-2" in result.description
+
+        installed(instance, "node-2", B)  # a rollback or install after the observation: no longer drift
+        result = live_deployment_matches_installed(dg.build_asset_check_context(instance=instance))
+        assert isinstance(result, dg.AssetCheckResult) and result.passed
+        assert record_statuses(instance, [live("node-2", None)])[0] == ["node-2"], "no current at all is drift"
