@@ -166,7 +166,7 @@ def inspect_hosts(
         result = connection.run(PROBE_COMMAND, stdin=requests[entry.id].encode(), timeout=PROBE_TIMEOUT_S)
         raw = result.text()
         try:
-            parsed = parse_probe_output(entry.id, entry.roles, connection.fingerprint, raw, observed_at)
+            parsed = parse_probe_output(entry.id, entry.roles, connection.fingerprint, raw, observed_at, previous)
         except ProbeOutputError as exc:
             # What a host printed is never the operator's input: it fails that host (exit 1), not the run's input.
             _write_log(run, entry.id, render_command_log(exc.command_log), result.stderr)

@@ -591,13 +591,15 @@ def hash_tree(
     """Per-file hashes of a checkpoint directory, reusing `previous` rows of files whose stat is unchanged.
 
     `previous` maps relative path -> [size, mtime_ns, inode, sha256]. Returns files (sorted by UTF-8 path
-    bytes, each with path, size, mtime_ns, inode, sha256), config_sha256, bytes_hashed, bytes_reused,
-    files_reused, seconds and problems (each naming a path). Nothing is read when the scan already found a
-    problem: the tree could not be trusted anyway.
+    bytes, each with path, size, mtime_ns, inode, sha256), unchanged, config_sha256, bytes_hashed,
+    bytes_reused, files_reused, seconds and problems (each naming a path). `unchanged` is true when the tree
+    is exactly `previous` (every file reused, none added or removed): then `files` is empty, since the
+    caller already holds those rows, and no per-file record is built or sent. Nothing is read when the
+    scan already found a problem: the tree could not be trusted anyway.
     """
     started = time.monotonic()
-    result: dict[str, Any] = {"files": [], "config_sha256": None, "bytes_hashed": 0, "bytes_reused": 0}
-    result["files_reused"] = 0
+    result: dict[str, Any] = {"files": [], "unchanged": False, "config_sha256": None, "bytes_hashed": 0}
+    result.update(bytes_reused=0, files_reused=0)
     if not os.path.isdir(root):
         reason = "not a directory" if os.path.exists(root) else "no such directory"
         result["problems"] = [f"{root}: {reason}"]
@@ -605,32 +607,48 @@ def hash_tree(
     found, problems = scan_tree(root)
     if not problems:
         reusable = None if full or not previous else previous
-        answered: dict[int, list[Any]] = {}
-        for item in hash_files(found, reusable, workers or min(os.cpu_count() or 1, DEFAULT_WORKERS_MAX)):
-            answered[item[0]] = item
-        files = result["files"]
-        for index, (rel, _) in enumerate(found):
-            item = answered.get(index)
-            if item is None:  # not answered: reused, its stat unchanged
-                size, mtime_ns, inode, sha256 = reusable[rel]  # type: ignore[index]
-                result["files_reused"] += 1
-                result["bytes_reused"] += size
-            elif len(item) == 2:
-                problems.append(item[1])
-                continue
-            else:
-                _, size, mtime_ns, inode, sha256 = item
-                result["bytes_hashed"] += size
-            files.append({"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "sha256": sha256})
-        # Plain str order: code point order equals UTF-8 byte order (names were checked to encode).
-        files.sort(key=operator.itemgetter("path"))
-        config = next((f["sha256"] for f in files if f["path"] == CONFIG_FILE), None)
+        items = hash_files(found, reusable, workers or min(os.cpu_count() or 1, DEFAULT_WORKERS_MAX))
+        if reusable is not None and not items and len(found) == len(reusable):
+            config = _unchanged(result, reusable)
+        else:
+            config = _tabulate(result, found, reusable, items, problems)
         result["config_sha256"] = config
         if config is None and not problems:
             problems = [f"{os.path.join(root, CONFIG_FILE)}: missing (the model configuration must be at the top)"]
         elif not problems:
             result["config_text"], problems = read_config(root, config)
     return dict(result, problems=sorted(problems), seconds=round(time.monotonic() - started, 3))
+
+
+def _unchanged(result: dict[str, Any], reusable: dict[str, Any]) -> str | None:
+    """Fill the counters of a tree that is exactly `reusable`; its config.json hash."""
+    result.update(unchanged=True, files_reused=len(reusable), bytes_reused=sum(row[0] for row in reusable.values()))
+    row = reusable.get(CONFIG_FILE)
+    return row[3] if row is not None else None
+
+
+def _tabulate(
+    result: dict[str, Any], found: list[tuple[str, str]], reusable: Any, items: list[list[Any]], problems: list[str]
+) -> str | None:
+    """Fill `files` and the counters from the reused rows and the new `items`; its config.json hash."""
+    answered = {item[0]: item for item in items}
+    files = result["files"]
+    for index, (rel, _) in enumerate(found):
+        item = answered.get(index)
+        if item is None:  # not answered: reused, its stat unchanged
+            size, mtime_ns, inode, sha256 = reusable[rel]
+            result["files_reused"] += 1
+            result["bytes_reused"] += size
+        elif len(item) == 2:
+            problems.append(item[1])
+            continue
+        else:
+            _, size, mtime_ns, inode, sha256 = item
+            result["bytes_hashed"] += size
+        files.append({"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "sha256": sha256})
+    # Plain str order: code point order equals UTF-8 byte order (names were checked to encode).
+    files.sort(key=operator.itemgetter("path"))
+    return next((f["sha256"] for f in files if f["path"] == CONFIG_FILE), None)
 
 
 def _merged_previous(engines: list[str], previous: dict[str, Any]) -> dict[str, Any]:
@@ -659,7 +677,18 @@ def collect_models(probe: Probe, params: dict[str, Any]) -> dict[str, Any]:
             probe.error("checkpoint", f"{', '.join(engines)}: {message}")
         for engine in engines:
             models[engine] = dict(tree, model_dir=params["models"][engine], ok=not problems)
+            if tree["unchanged"] and params["previous"].get(engine) != previous:  # another engine's rows
+                models[engine].update(unchanged=False, files=_listed(previous))
     return models
+
+
+def _listed(rows: dict[str, Any]) -> list[dict[str, Any]]:
+    """`hash_tree` files from reused rows, for an engine whose own previous table was not the one reused."""
+    listed = []
+    for rel in sorted(rows):
+        size, mtime_ns, inode, sha256 = rows[rel]
+        listed.append({"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "sha256": sha256})
+    return listed
 
 
 # ---------------------------------------------------------------- entry point
