@@ -392,7 +392,7 @@ def examine_range(
 TASK = struct.Struct("<III")  # kind (0: examine a range, deferring large files; 1: hash one file), start, end
 
 
-def _serve(files: list[tuple[str, str]], previous: Any, task_fd: int, result_fd: int) -> None:
+def _serve(files: list[tuple[str, str]], task_fd: int, result_fd: int) -> None:
     """Worker process loop: read a task, answer one JSON line `[kind, start, items, deferred]`; stop at EOF."""
     buffer = bytearray(READ_CHUNK)
     while True:
@@ -404,7 +404,7 @@ def _serve(files: list[tuple[str, str]], previous: Any, task_fd: int, result_fd:
             raw += part
         kind, start, end = TASK.unpack(raw)
         defer_above = LARGE_FILE if kind == 0 else 1 << 62
-        items, deferred = examine_range(files, None if kind == 1 else previous, buffer, (start, end), defer_above)
+        items, deferred = examine_range(files, None, buffer, (start, end), defer_above)
         _write_all(result_fd, json.dumps([kind, start, items, deferred]).encode() + b"\n")
 
 
@@ -417,7 +417,7 @@ def _write_all(fd: int, data: bytes) -> None:
 class _Worker:
     """One forked hashing process and the parent's ends of its task and result pipes."""
 
-    def __init__(self, files: list[tuple[str, str]], previous: Any, inherited: list[int]) -> None:
+    def __init__(self, files: list[tuple[str, str]], inherited: list[int]) -> None:
         task_r, self.task_fd = os.pipe()
         self.result_fd, result_w = os.pipe()
         self.pid = os.fork()
@@ -429,7 +429,7 @@ class _Worker:
                 quiet = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):  # never hold the SSH channel open after the probe itself has ended
                     os.dup2(quiet, fd)
-                _serve(files, previous, task_r, result_w)
+                _serve(files, task_r, result_w)
                 code = 0
             finally:
                 os._exit(code)
@@ -505,21 +505,19 @@ class _Scheduler:
         return not self.large and not self.ranges and self.ranges_out == 0
 
 
-def _examine_in_workers(
-    files: list[tuple[str, str]], previous: Any, workers: int, deferred: list[tuple[int, int]]
-) -> list[list[Any]]:
+def _examine_in_workers(files: list[tuple[str, str]], workers: int, deferred: list[tuple[int, int]]) -> list[list[Any]]:
     """`examine` every file (or hash only the (size, index) `deferred` ones) in forked worker processes;
     the items of every file that was not reused.
 
     Processes, not threads: for small files the per-file Python work holds the GIL, so threads only help
-    large shards. Forking shares `files` and `previous` with the children; only small task records and
+    large shards. Forking shares `files` with the children; only small task records and
     the results move through pipes. Large files are deferred by the first pass and then handed out one
     per task, largest first, so no worker ends long after the others.
     """
     plan = _Scheduler(len(files), workers, deferred)
     pool: list[_Worker] = []
     for _ in range(min(workers, len(deferred) or len(files))):
-        pool.append(_Worker(files, previous, [fd for w in pool for fd in (w.task_fd, w.result_fd)]))
+        pool.append(_Worker(files, [fd for w in pool for fd in (w.task_fd, w.result_fd)]))
     with selectors.DefaultSelector() as selector:
         for worker in pool:
             selector.register(worker.result_fd, selectors.EVENT_READ, worker)
@@ -554,17 +552,23 @@ def _examine_in_workers(
 def hash_files(files: list[tuple[str, str]], previous: Any, workers: int) -> list[list[Any]]:
     """Items (see `examine_range`) for every file not reused from `previous` (None: hash everything).
 
-    A tree of few files (typically a checkpoint of large shards) is first checked here, and worker
-    processes start only if more than one file must be read: an unchanged tree costs a few stats.
+    With `previous`, or for a tree of few files (typically large shards), this process first stats every
+    file and worker processes start only for the files that must be read: an unchanged tree costs one
+    stat per file and no fork. Many changed files are then hashed in ranges like a tree of their own.
     """
     buffer = bytearray(READ_CHUNK)
-    if workers > 1 and len(files) > BATCH_FILES:
-        return _examine_in_workers(files, previous, workers, [])
     if workers == 1 or len(files) < 2:
         return examine_range(files, previous, buffer, (0, len(files)), 1 << 62)[0]
+    if previous is None and len(files) > BATCH_FILES:
+        return _examine_in_workers(files, workers, [])
     items, deferred = examine_range(files, previous, buffer, (0, len(files)), -1)
+    if len(deferred) > BATCH_FILES:
+        chosen = [index for _, index in deferred]
+        for item in _examine_in_workers([files[index] for index in chosen], workers, []):
+            items.append([chosen[item[0]], *item[1:]])
+        return items
     if len(deferred) > 1:
-        return items + _examine_in_workers(files, None, workers, deferred)
+        return items + _examine_in_workers(files, workers, deferred)
     for _, index in deferred:
         items += examine_range(files, None, buffer, (index, index + 1), 1 << 62)[0]
     return items
