@@ -25,6 +25,7 @@ import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ OUTPUT_LIMIT = 16 * 1024 * 1024
 READ_CHUNK = 4 * 1024 * 1024
 BATCH_FILES = 256  # files per worker task: large enough that per-task costs vanish, small enough to balance
 LARGE_FILE = 16 * 1024 * 1024  # larger files are hashed one per task, largest first
+STAT_FILES_PER_THREAD = 1024  # per thread of the stat pass: starting one costs about as much as a few dozen stats
 DEFAULT_WORKERS_MAX = 32  # beyond this many cores the disk, not SHA-256, is the limit; each worker holds a buffer
 COMMAND_TIMEOUT_S = 60.0
 NVIDIA_SMI_ARGV = [
@@ -549,19 +551,50 @@ def _examine_in_workers(files: list[tuple[str, str]], workers: int, deferred: li
     return plan.items
 
 
+def _stat_pass(
+    files: list[tuple[str, str]], previous: Any, workers: int
+) -> tuple[list[list[Any]], list[tuple[int, int]]]:
+    """`examine_range` over all files, reading none (every file not reused is deferred): in threads when
+    there are many, since stat releases the GIL (processes would add a fork and copied pages)."""
+    count = len(files)
+    threads = min(workers, count // STAT_FILES_PER_THREAD)
+    if threads < 2:
+        return examine_range(files, previous, bytearray(), (0, count), -1)
+    step = -(-count // threads)
+    parts: list[Any] = [None] * threads
+
+    def run(number: int) -> None:
+        span = (number * step, min(count, (number + 1) * step))
+        try:
+            parts[number] = examine_range(files, previous, bytearray(), span, -1)
+        except BaseException as exc:  # raised again below, in the probe's thread (never printed by threading)
+            parts[number] = exc
+
+    pool = [threading.Thread(target=run, args=(number,)) for number in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    failed = next((part for part in parts if isinstance(part, BaseException)), None)
+    if failed is not None:
+        raise failed
+    return [item for part in parts for item in part[0]], [item for part in parts for item in part[1]]
+
+
 def hash_files(files: list[tuple[str, str]], previous: Any, workers: int) -> list[list[Any]]:
     """Items (see `examine_range`) for every file not reused from `previous` (None: hash everything).
 
     With `previous`, or for a tree of few files (typically large shards), this process first stats every
-    file and worker processes start only for the files that must be read: an unchanged tree costs one
-    stat per file and no fork. Many changed files are then hashed in ranges like a tree of their own.
+    file (`_stat_pass`) and worker processes start only for the files that must be read: an unchanged
+    tree costs one stat per file and no fork. Many changed files are hashed in ranges like a tree of
+    their own.
     """
     buffer = bytearray(READ_CHUNK)
     if workers == 1 or len(files) < 2:
         return examine_range(files, previous, buffer, (0, len(files)), 1 << 62)[0]
     if previous is None and len(files) > BATCH_FILES:
         return _examine_in_workers(files, workers, [])
-    items, deferred = examine_range(files, previous, buffer, (0, len(files)), -1)
+    items, deferred = _stat_pass(files, previous, workers)
     if len(deferred) > BATCH_FILES:
         chosen = [index for _, index in deferred]
         for item in _examine_in_workers([files[index] for index in chosen], workers, []):

@@ -277,6 +277,26 @@ def test_a_file_replaced_with_the_same_size_and_mtime_is_rehashed(model_dir: Pat
     assert entry["sha256"] == hashlib.sha256(b'{"version": "2.0"}').hexdigest() and entry["inode"] != stat.st_ino
 
 
+def test_a_rehash_of_many_files_stats_them_in_threads_and_agrees_with_one_process(tmp_path: Path) -> None:
+    """Enough files for a threaded stat pass, every one changed but config.json (a file the stat pass
+    skipped would pass as reused), so many that they are then hashed in worker processes."""
+    root = tmp_path / "many"
+    for number in range(2 * probe_module.STAT_FILES_PER_THREAD):
+        (root / f"d{number % 7}").mkdir(parents=True, exist_ok=True)
+        (root / f"d{number % 7}" / f"f{number}").write_bytes(b"%d" % number)
+    (root / "config.json").write_text("{}")
+    previous = rows(probe_module.hash_tree(str(root)))
+    for number in range(2 * probe_module.STAT_FILES_PER_THREAD):
+        (root / f"d{number % 7}" / f"f{number}").write_bytes(b"changed %d" % number)
+    (root / "d0" / "f0").unlink()
+    (root / "d1" / "added").write_bytes(b"added")
+    threaded = probe_module.hash_tree(str(root), previous, workers=2)
+    assert threaded == dict(probe_module.hash_tree(str(root), previous, workers=1), seconds=threaded["seconds"])
+    assert (threaded["files_reused"], threaded["unchanged"], threaded["problems"]) == (1, False, [])
+    hashes = {f["path"]: f["sha256"] for f in threaded["files"]}
+    assert hashes["d3/f3"] == hashlib.sha256(b"changed 3").hexdigest() and "d0/f0" not in hashes
+
+
 def test_a_model_dir_shared_by_engines_is_hashed_once(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     original = probe_module.hash_tree
