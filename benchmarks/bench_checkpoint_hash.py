@@ -197,7 +197,7 @@ def _stages(root: Path, record: Path, workers: int, repeat: int, full_hash: bool
 
     previous = timed("workstation: load the previous record", lambda: load_checkpoint(record))
     request = timed("workstation: request with the previous table", lambda: json.dumps(probe_params({
-        "models": {"engine-1": str(root)}, "previous": previous_hashes({"engine-1": previous}),
+        "models": {"engine-1": str(root)}, "previous": {} if full_hash else previous_hashes({"engine-1": previous}),
         "full_hash": full_hash, "workers": workers})))  # fmt: skip
     answer = timed(
         "host: read request, hash_tree, answer", lambda: json.dumps(collect_models(Probe(), _load_params(request)))

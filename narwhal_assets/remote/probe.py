@@ -353,6 +353,8 @@ def examine(path: str, previous: Any, buffer: bytearray, defer_above: int) -> Ro
         before = (info.st_size, info.st_mtime_ns, info.st_ino)
         if type(previous) is list and len(previous) == 4 and previous[:3] == [*before] and type(previous[3]) is str:
             return None
+        if before[0] > defer_above:  # the stat pass: not opened here, the worker that hashes it opens it
+            return before
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         if previous is None:
