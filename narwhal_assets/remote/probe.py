@@ -510,13 +510,12 @@ class _Scheduler:
 
 
 def _examine_in_workers(files: list[tuple[str, str]], workers: int, deferred: list[tuple[int, int]]) -> list[list[Any]]:
-    """`examine` every file (or hash only the (size, index) `deferred` ones) in forked worker processes;
-    the items of every file that was not reused.
+    """Hash every file (or only the (size, index) `deferred` ones) in forked worker processes; their items.
 
     Processes, not threads: for small files the per-file Python work holds the GIL, so threads only help
-    large shards. Forking shares `files` with the children; only small task records and
-    the results move through pipes. Large files are deferred by the first pass and then handed out one
-    per task, largest first, so no worker ends long after the others.
+    large shards. Forking shares `files` with the children; only small task records and the results
+    move through pipes. Large files are deferred by the first pass and then handed out one per task,
+    largest first, so no worker ends long after the others.
     """
     plan = _Scheduler(len(files), workers, deferred)
     pool: list[_Worker] = []
