@@ -8,9 +8,15 @@ Two regimes, each on a synthetic tree (or one existing tree with --dir):
 
 and in both, re-hashing an unchanged tree costs < 5% of a full hash. The limit is `openssl speed` at the
 tree's typical block size (16 KiB for shards, the file size for small files) on all cores. Both hashing
-methods read from a warm page cache (one untimed pass first) and the best of --repeat runs is kept, so the
-figures compare hashing, not the disk; CPU seconds (this process and its children) are printed beside wall
-seconds because a shared machine's wall clock is noisy. Bars are printed, never asserted.
+methods read from a warm page cache (one untimed pass first) and the best of --repeat runs is kept (the
+spread, worst/best, is printed too), so the figures compare hashing, not the disk; CPU seconds (this
+process and its children) are printed beside wall seconds because a shared machine's wall clock is noisy.
+Bars are printed, never asserted.
+
+An unchanged re-hash must still stat every file, so it is also set against a stat floor: `find` printing
+size, mtime and inode of every file (one stat each, in C). The last table follows one engine's checkpoint
+through a whole re-discovery without SSH: the request the workstation builds from the previous table, the
+probe's work and answer on the host, and the workstation parsing and storing the result.
 
     .venv/bin/python benchmarks/bench_checkpoint_hash.py [--case large|small|both] [--dir DIR] [--workers N]
 """
@@ -18,6 +24,7 @@ seconds because a shared machine's wall clock is noisy. Bars are printed, never 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -29,7 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from narwhal_assets.remote.probe import hash_tree
+from narwhal_assets.checkpoint_store import load_checkpoint, save_checkpoint
+from narwhal_assets.core.digests import tree_digest
+from narwhal_assets.core.observations import CheckpointDigest, CheckpointFile
+from narwhal_assets.remote import previous_hashes, probe_params
+from narwhal_assets.remote.parse import parse_models
+from narwhal_assets.remote.probe import Probe, _load_params, collect_models, hash_tree
 
 MIB = 1024 * 1024
 BLOCK = 8 * MIB
@@ -90,16 +102,26 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+SPREADS: list[float] = []  # worst/best wall seconds of every measurement, for the closing line
+
+
 def best_of(repeat: int, run: Callable[[], Any]) -> tuple[float, float, Any]:
     """Best wall seconds, the CPU seconds of that run, and its result."""
-    best, best_cpu, result = float("inf"), 0.0, None
+    best, worst, best_cpu, result = float("inf"), 0.0, 0.0, None
     for _ in range(repeat):
         cpu, started = cpu_seconds(), time.perf_counter()
         result = run()
         wall = time.perf_counter() - started
+        worst = max(worst, wall)
         if wall < best:
             best, best_cpu = wall, cpu_seconds() - cpu
+    SPREADS.append(worst / best)
     return best, best_cpu, result
+
+
+def stat_floor(root: Path) -> None:
+    """One stat per file in C: what any unchanged re-hash must at least pay."""
+    subprocess.run(["find", str(root), "-type", "f", "-printf", "%s %T@ %i\\n"], stdout=subprocess.DEVNULL, check=True)
 
 
 def report(root: Path, workers: int, repeat: int) -> None:
@@ -113,6 +135,7 @@ def report(root: Path, workers: int, repeat: int) -> None:
     full_s, full_cpu, full = best_of(repeat, lambda: hash_tree(str(root), full=True, workers=workers))
     previous = {f["path"]: [f["size"], f["mtime_ns"], f["inode"], f["sha256"]] for f in full["files"]}
     incr_s, incr_cpu, incr = best_of(repeat, lambda: hash_tree(str(root), previous, workers=workers))
+    floor_s, floor_cpu, _ = best_of(repeat, lambda: stat_floor(root))
     agree = base == {entry["path"]: entry["sha256"] for entry in full["files"]}
 
     def rate(seconds: float) -> str:
@@ -126,16 +149,69 @@ def report(root: Path, workers: int, repeat: int) -> None:
     print(f"{baseline:<50}{base_s:10.3f}{base_cpu:9.3f}{rate(base_s)}")
     print(f"{'probe hash_tree, full':<50}{full_s:10.3f}{full_cpu:9.3f}{rate(full_s)}")
     print(f"{'probe hash_tree, unchanged (incremental)':<50}{incr_s:10.4f}{incr_cpu:9.3f}{'-':>11}")
+    print(f"{'stat floor (find -printf size, mtime, inode)':<50}{floor_s:10.4f}{floor_cpu:9.3f}{'-':>11}")
     print(f"probe / sha256sum throughput:        {base_s / full_s:.2f}x (bar >= 0.9x for small files)")
     if limit:
         print(f"probe / SHA-256 limit:               {total / full_s / limit:.2f}x (bar >= 0.95x for shards)")
         print(f"sha256sum / SHA-256 limit:           {total / base_s / limit:.2f}x")
     print(f"unchanged re-hash / full hash:       {100 * incr_s / full_s:.2f}% wall, ", end="")
     print(f"{100 * incr_cpu / full_cpu:.2f}% CPU (bar < 5%)")
+    print(f"unchanged re-hash / stat floor:      {incr_s / floor_s:.2f}x wall")
     print(f"files reused when unchanged:         {incr['files_reused']}/{count}, bytes hashed {incr['bytes_hashed']}")
     print(f"per-file hashes agree with sha256sum: {'yes' if agree else 'NO'}")
     if full["problems"]:
         print("probe problems: " + "; ".join(full["problems"]))
+    rediscovery(root, full, workers, repeat)
+
+
+def rediscovery(root: Path, full: dict[str, Any], workers: int, repeat: int) -> None:
+    """One engine's checkpoint through a re-discovery, stage by stage, as a full hash and as an unchanged tree."""
+    files = [CheckpointFile.model_validate({k: f[k] for k in CheckpointFile.model_fields}) for f in full["files"]]
+    counts = {"bytes_hashed": 0, "bytes_reused": 0, "files_reused": 0}
+    digest = CheckpointDigest(
+        engine="engine-1", host_id="node-1", model_dir=str(root), files=files, tree_sha256=tree_digest(files), **counts
+    )
+    store = Path(tempfile.mkdtemp(prefix="narwhal-bench-store-", dir="/tmp"))
+    try:
+        record = store / "previous" / "engine-1-checkpoint.json"
+        record.parent.mkdir()
+        (store / "next").mkdir()
+        save_checkpoint(record, digest)
+        columns = [_stages(root, record, workers, repeat, full_hash) for full_hash in (True, False)]
+    finally:
+        shutil.rmtree(store)
+    print(f"\n{'re-discovery of this tree, one engine, no SSH':<50}{'full s':>10}{'unchanged s':>13}")
+    for stage in columns[0]:
+        print(f"{stage:<50}{columns[0][stage]:10.4f}{columns[1][stage]:13.4f}")
+    total = [sum(v for k, v in column.items() if not k.endswith(" MB")) for column in columns]
+    print(f"{'total':<50}{total[0]:10.4f}{total[1]:13.4f}   unchanged / full: {100 * total[1] / total[0]:.1f}%")
+
+
+def _stages(root: Path, record: Path, workers: int, repeat: int, full_hash: bool) -> dict[str, float]:
+    """Best seconds of each stage, and the megabytes each way (keys ending in ' MB')."""
+    times: dict[str, float] = {}
+
+    def timed(stage: str, run: Callable[[], Any]) -> Any:
+        times[stage], _, result = best_of(repeat, run)
+        return result
+
+    previous = timed("workstation: load the previous record", lambda: load_checkpoint(record))
+    request = timed("workstation: request with the previous table", lambda: json.dumps(probe_params({
+        "models": {"engine-1": str(root)}, "previous": {} if full_hash else previous_hashes({"engine-1": previous}),
+        "full_hash": full_hash, "workers": workers})))  # fmt: skip
+    answer = timed(
+        "host: read request, hash_tree, answer", lambda: json.dumps(collect_models(Probe(), _load_params(request)))
+    )
+    parsed = timed(
+        "workstation: parse the answer",
+        lambda: parse_models("node-1", json.loads(answer), False, {"engine-1": previous}),
+    )
+    timed(
+        "workstation: store table and record",
+        lambda: save_checkpoint(record.parent.parent / "next" / record.name, parsed[1]["engine-1"]),
+    )
+    times["request MB"], times["answer MB"] = len(request) / 1e6, len(answer) / 1e6
+    return times
 
 
 def main() -> None:
@@ -165,6 +241,7 @@ def main() -> None:
             report(root, args.workers, args.repeat)
         finally:
             shutil.rmtree(root)
+    print(f"\nspread of all measurements, worst/best wall: {min(SPREADS):.2f}x .. {max(SPREADS):.2f}x")
 
 
 if __name__ == "__main__":

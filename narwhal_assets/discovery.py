@@ -131,7 +131,8 @@ def latest_complete_run(settings: Settings, exclude: Path | None = None) -> Disc
 
 
 def probe_request(settings: Settings, entry: HostEntry, previous: Mapping[str, CheckpointDigest], full: bool) -> str:
-    """The probe program for one host: its engines' model directories and the engine image reference."""
+    """The probe program for one host: its engines' model directories, the engine image reference and, unless
+    `full`, the previous per-file rows the probe may reuse."""
     engines = [n for n in map(engine_number, entry.roles) if n is not None]
     models = {Role.engine(n).name: _required(settings, n, "MODEL_DIR") for n in engines}
     images = {_required(settings, n, "ENGINE_IMAGE") for n in engines}
@@ -143,7 +144,7 @@ def probe_request(settings: Settings, entry: HostEntry, previous: Mapping[str, C
         {
             "image": images.pop() if images else None,
             "models": models,
-            "previous": previous_hashes({e: d for e, d in previous.items() if e in models}),
+            "previous": {} if full else previous_hashes({e: d for e, d in previous.items() if e in models}),
             "full_hash": full,
         }
     )
@@ -166,7 +167,7 @@ def inspect_hosts(
         result = connection.run(PROBE_COMMAND, stdin=requests[entry.id].encode(), timeout=PROBE_TIMEOUT_S)
         raw = result.text()
         try:
-            parsed = parse_probe_output(entry.id, entry.roles, connection.fingerprint, raw, observed_at)
+            parsed = parse_probe_output(entry.id, entry.roles, connection.fingerprint, raw, observed_at, previous)
         except ProbeOutputError as exc:
             # What a host printed is never the operator's input: it fails that host (exit 1), not the run's input.
             _write_log(run, entry.id, render_command_log(exc.command_log), result.stderr)

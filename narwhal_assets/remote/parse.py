@@ -338,8 +338,27 @@ def _counter(engine: str, result: Mapping[str, Any], key: str, problems: list[st
     return 0
 
 
-def _model(host_id: str, engine: str, result: Mapping[str, Any]) -> tuple[CheckpointDigest | None, list[str]]:
-    files, problems = _checkpoint_files(engine, result.get("files"))
+def _reused_files(
+    engine: str, result: Mapping[str, Any], previous: CheckpointDigest | None
+) -> tuple[list[CheckpointFile], list[str]]:
+    """The previous table, when the probe says the tree is exactly the one it was sent for this engine."""
+    if previous is None:
+        return [], [f"checkpoint {engine}: reported unchanged, but no previous table was sent"]
+    if result.get("files") != []:
+        return [], [f"checkpoint {engine}: reported unchanged, yet lists files"]
+    config = next((f.sha256 for f in previous.files if f.path == "config.json"), None)
+    if result.get("config_sha256") != config:
+        return [], [f"checkpoint {engine}: reported unchanged, but its config.json sha256 is not the previous one"]
+    return previous.files, []
+
+
+def _model(
+    host_id: str, engine: str, result: Mapping[str, Any], previous: CheckpointDigest | None
+) -> tuple[CheckpointDigest | None, list[str]]:
+    if result.get("unchanged") is True:
+        files, problems = _reused_files(engine, result, previous)
+    else:
+        files, problems = _checkpoint_files(engine, result.get("files"))
     model_dir = result.get("model_dir")
     if not isinstance(model_dir, str) or not model_dir:
         problems.append(f"checkpoint {engine}: model_dir missing")
@@ -347,9 +366,9 @@ def _model(host_id: str, engine: str, result: Mapping[str, Any]) -> tuple[Checkp
     if not isinstance(config, str) or not SHA256_RE.fullmatch(config):
         problems.append(f"checkpoint {engine}: config.json sha256 missing")
     counts = {key: _counter(engine, result, key, problems) for key in ("bytes_hashed", "bytes_reused", "files_reused")}
-    tree = ""
+    tree = previous.tree_sha256 if previous is not None and files is previous.files else ""
     try:
-        tree = tree_digest(files)
+        tree = tree or tree_digest(files)
     except ValueError as exc:
         problems.append(f"checkpoint {engine}: {exc}")
     if problems:
@@ -371,9 +390,10 @@ def _model_config(engine: str, text: Any) -> tuple[dict[str, Any], list[str]]:
 
 
 def parse_models(
-    host_id: str, models: Any, probe_failed: bool
+    host_id: str, models: Any, probe_failed: bool, previous: Mapping[str, CheckpointDigest]
 ) -> tuple[dict[str, ModelObservation], dict[str, CheckpointDigest], list[str]]:
-    """Model observations and checkpoint digests per engine; a tree the probe refused yields neither."""
+    """Model observations and checkpoint digests per engine; a tree the probe refused yields neither.
+    `previous` is what the probe was sent: an engine it reports unchanged keeps that digest's table."""
     if not isinstance(models, Mapping):
         return {}, {}, ["checkpoint: 'models' is not an object"]
     observations: dict[str, ModelObservation] = {}
@@ -385,7 +405,7 @@ def parse_models(
             if not probe_failed:
                 problems.append(f"checkpoint {engine}: the probe could not hash this model directory")
             continue
-        digest, model_problems = _model(host_id, engine, result)
+        digest, model_problems = _model(host_id, engine, result, previous.get(engine))
         problems += model_problems
         if digest is not None:
             digests[engine] = digest
@@ -507,9 +527,15 @@ def _probe_errors(doc: Mapping[str, Any]) -> list[str]:
 
 
 def parse_probe_output(
-    host_id: str, roles: list[str], host_key_fingerprint: str, raw_json: str, observed_at: str
+    host_id: str,
+    roles: list[str],
+    host_key_fingerprint: str,
+    raw_json: str,
+    observed_at: str,
+    previous: Mapping[str, CheckpointDigest] | None = None,
 ) -> tuple[HostObservation, dict[str, CheckpointDigest], list[dict[str, Any]]]:
-    """One host's observation, its checkpoint digests per engine, and its command log.
+    """One host's observation, its checkpoint digests per engine, and its command log; `previous` holds
+    the digests whose tables the probe was sent.
 
     Raises ProbeOutputError (a host failure) listing the problems as `host <id>: <tool>: <what>`.
     """
@@ -530,7 +556,7 @@ def parse_probe_output(
     problems += found
     image, found = _image(doc.get("image"), tools.get("docker"))
     problems += found
-    models, digests, found = parse_models(host_id, doc.get("models", {}), bool(doc.get("errors")))
+    models, digests, found = parse_models(host_id, doc.get("models", {}), bool(doc.get("errors")), previous or {})
     problems += found
     if problems:
         raise ProbeOutputError(host_problems(host_id, problems), log)

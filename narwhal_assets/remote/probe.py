@@ -25,6 +25,7 @@ import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ OUTPUT_LIMIT = 16 * 1024 * 1024
 READ_CHUNK = 4 * 1024 * 1024
 BATCH_FILES = 256  # files per worker task: large enough that per-task costs vanish, small enough to balance
 LARGE_FILE = 16 * 1024 * 1024  # larger files are hashed one per task, largest first
+STAT_FILES_PER_THREAD = 1024  # per thread of the stat pass: starting one costs about as much as a few dozen stats
 DEFAULT_WORKERS_MAX = 32  # beyond this many cores the disk, not SHA-256, is the limit; each worker holds a buffer
 COMMAND_TIMEOUT_S = 60.0
 NVIDIA_SMI_ARGV = [
@@ -351,6 +353,8 @@ def examine(path: str, previous: Any, buffer: bytearray, defer_above: int) -> Ro
         before = (info.st_size, info.st_mtime_ns, info.st_ino)
         if type(previous) is list and len(previous) == 4 and previous[:3] == [*before] and type(previous[3]) is str:
             return None
+        if before[0] > defer_above:  # the stat pass: not opened here, the worker that hashes it opens it
+            return before
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         if previous is None:
@@ -392,7 +396,7 @@ def examine_range(
 TASK = struct.Struct("<III")  # kind (0: examine a range, deferring large files; 1: hash one file), start, end
 
 
-def _serve(files: list[tuple[str, str]], previous: Any, task_fd: int, result_fd: int) -> None:
+def _serve(files: list[tuple[str, str]], task_fd: int, result_fd: int) -> None:
     """Worker process loop: read a task, answer one JSON line `[kind, start, items, deferred]`; stop at EOF."""
     buffer = bytearray(READ_CHUNK)
     while True:
@@ -404,7 +408,7 @@ def _serve(files: list[tuple[str, str]], previous: Any, task_fd: int, result_fd:
             raw += part
         kind, start, end = TASK.unpack(raw)
         defer_above = LARGE_FILE if kind == 0 else 1 << 62
-        items, deferred = examine_range(files, None if kind == 1 else previous, buffer, (start, end), defer_above)
+        items, deferred = examine_range(files, None, buffer, (start, end), defer_above)
         _write_all(result_fd, json.dumps([kind, start, items, deferred]).encode() + b"\n")
 
 
@@ -417,7 +421,7 @@ def _write_all(fd: int, data: bytes) -> None:
 class _Worker:
     """One forked hashing process and the parent's ends of its task and result pipes."""
 
-    def __init__(self, files: list[tuple[str, str]], previous: Any, inherited: list[int]) -> None:
+    def __init__(self, files: list[tuple[str, str]], inherited: list[int]) -> None:
         task_r, self.task_fd = os.pipe()
         self.result_fd, result_w = os.pipe()
         self.pid = os.fork()
@@ -429,7 +433,7 @@ class _Worker:
                 quiet = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):  # never hold the SSH channel open after the probe itself has ended
                     os.dup2(quiet, fd)
-                _serve(files, previous, task_r, result_w)
+                _serve(files, task_r, result_w)
                 code = 0
             finally:
                 os._exit(code)
@@ -505,21 +509,18 @@ class _Scheduler:
         return not self.large and not self.ranges and self.ranges_out == 0
 
 
-def _examine_in_workers(
-    files: list[tuple[str, str]], previous: Any, workers: int, deferred: list[tuple[int, int]]
-) -> list[list[Any]]:
-    """`examine` every file (or hash only the (size, index) `deferred` ones) in forked worker processes;
-    the items of every file that was not reused.
+def _examine_in_workers(files: list[tuple[str, str]], workers: int, deferred: list[tuple[int, int]]) -> list[list[Any]]:
+    """Hash every file (or only the (size, index) `deferred` ones) in forked worker processes; their items.
 
     Processes, not threads: for small files the per-file Python work holds the GIL, so threads only help
-    large shards. Forking shares `files` and `previous` with the children; only small task records and
-    the results move through pipes. Large files are deferred by the first pass and then handed out one
-    per task, largest first, so no worker ends long after the others.
+    large shards. Forking shares `files` with the children; only small task records and the results
+    move through pipes. Large files are deferred by the first pass and then handed out one per task,
+    largest first, so no worker ends long after the others.
     """
     plan = _Scheduler(len(files), workers, deferred)
     pool: list[_Worker] = []
     for _ in range(min(workers, len(deferred) or len(files))):
-        pool.append(_Worker(files, previous, [fd for w in pool for fd in (w.task_fd, w.result_fd)]))
+        pool.append(_Worker(files, [fd for w in pool for fd in (w.task_fd, w.result_fd)]))
     with selectors.DefaultSelector() as selector:
         for worker in pool:
             selector.register(worker.result_fd, selectors.EVENT_READ, worker)
@@ -551,20 +552,57 @@ def _examine_in_workers(
     return plan.items
 
 
+def _stat_pass(
+    files: list[tuple[str, str]], previous: Any, workers: int
+) -> tuple[list[list[Any]], list[tuple[int, int]]]:
+    """`examine_range` over all files, reading none (every file not reused is deferred): in threads when
+    there are many, since stat releases the GIL (processes would add a fork and copied pages)."""
+    count = len(files)
+    threads = min(workers, count // STAT_FILES_PER_THREAD)
+    if threads < 2:
+        return examine_range(files, previous, bytearray(), (0, count), -1)
+    step = -(-count // threads)
+    parts: list[Any] = [None] * threads
+
+    def run(number: int) -> None:
+        span = (number * step, min(count, (number + 1) * step))
+        try:
+            parts[number] = examine_range(files, previous, bytearray(), span, -1)
+        except BaseException as exc:  # raised again below, in the probe's thread (never printed by threading)
+            parts[number] = exc
+
+    pool = [threading.Thread(target=run, args=(number,)) for number in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    failed = next((part for part in parts if isinstance(part, BaseException)), None)
+    if failed is not None:
+        raise failed
+    return [item for part in parts for item in part[0]], [item for part in parts for item in part[1]]
+
+
 def hash_files(files: list[tuple[str, str]], previous: Any, workers: int) -> list[list[Any]]:
     """Items (see `examine_range`) for every file not reused from `previous` (None: hash everything).
 
-    A tree of few files (typically a checkpoint of large shards) is first checked here, and worker
-    processes start only if more than one file must be read: an unchanged tree costs a few stats.
+    With `previous`, or for a tree of few files (typically large shards), this process first stats every
+    file (`_stat_pass`) and worker processes start only for the files that must be read: an unchanged
+    tree costs one stat per file and no fork. Many changed files are hashed in ranges like a tree of
+    their own.
     """
     buffer = bytearray(READ_CHUNK)
-    if workers > 1 and len(files) > BATCH_FILES:
-        return _examine_in_workers(files, previous, workers, [])
     if workers == 1 or len(files) < 2:
         return examine_range(files, previous, buffer, (0, len(files)), 1 << 62)[0]
-    items, deferred = examine_range(files, previous, buffer, (0, len(files)), -1)
+    if previous is None and len(files) > BATCH_FILES:
+        return _examine_in_workers(files, workers, [])
+    items, deferred = _stat_pass(files, previous, workers)
+    if len(deferred) > BATCH_FILES:
+        chosen = [index for _, index in deferred]
+        for item in _examine_in_workers([files[index] for index in chosen], workers, []):
+            items.append([chosen[item[0]], *item[1:]])
+        return items
     if len(deferred) > 1:
-        return items + _examine_in_workers(files, None, workers, deferred)
+        return items + _examine_in_workers(files, workers, deferred)
     for _, index in deferred:
         items += examine_range(files, None, buffer, (index, index + 1), 1 << 62)[0]
     return items
@@ -591,13 +629,15 @@ def hash_tree(
     """Per-file hashes of a checkpoint directory, reusing `previous` rows of files whose stat is unchanged.
 
     `previous` maps relative path -> [size, mtime_ns, inode, sha256]. Returns files (sorted by UTF-8 path
-    bytes, each with path, size, mtime_ns, inode, sha256), config_sha256, bytes_hashed, bytes_reused,
-    files_reused, seconds and problems (each naming a path). Nothing is read when the scan already found a
-    problem: the tree could not be trusted anyway.
+    bytes, each with path, size, mtime_ns, inode, sha256), unchanged, config_sha256, bytes_hashed,
+    bytes_reused, files_reused, seconds and problems (each naming a path). `unchanged` is true when the tree
+    is exactly `previous` (every file reused, none added or removed): then `files` is empty, since the
+    caller already holds those rows, and no per-file record is built or sent. Nothing is read when the
+    scan already found a problem: the tree could not be trusted anyway.
     """
     started = time.monotonic()
-    result: dict[str, Any] = {"files": [], "config_sha256": None, "bytes_hashed": 0, "bytes_reused": 0}
-    result["files_reused"] = 0
+    result: dict[str, Any] = {"files": [], "unchanged": False, "config_sha256": None, "bytes_hashed": 0}
+    result.update(bytes_reused=0, files_reused=0)
     if not os.path.isdir(root):
         reason = "not a directory" if os.path.exists(root) else "no such directory"
         result["problems"] = [f"{root}: {reason}"]
@@ -605,32 +645,48 @@ def hash_tree(
     found, problems = scan_tree(root)
     if not problems:
         reusable = None if full or not previous else previous
-        answered: dict[int, list[Any]] = {}
-        for item in hash_files(found, reusable, workers or min(os.cpu_count() or 1, DEFAULT_WORKERS_MAX)):
-            answered[item[0]] = item
-        files = result["files"]
-        for index, (rel, _) in enumerate(found):
-            item = answered.get(index)
-            if item is None:  # not answered: reused, its stat unchanged
-                size, mtime_ns, inode, sha256 = reusable[rel]  # type: ignore[index]
-                result["files_reused"] += 1
-                result["bytes_reused"] += size
-            elif len(item) == 2:
-                problems.append(item[1])
-                continue
-            else:
-                _, size, mtime_ns, inode, sha256 = item
-                result["bytes_hashed"] += size
-            files.append({"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "sha256": sha256})
-        # Plain str order: code point order equals UTF-8 byte order (names were checked to encode).
-        files.sort(key=operator.itemgetter("path"))
-        config = next((f["sha256"] for f in files if f["path"] == CONFIG_FILE), None)
+        items = hash_files(found, reusable, workers or min(os.cpu_count() or 1, DEFAULT_WORKERS_MAX))
+        if reusable is not None and not items and len(found) == len(reusable):
+            config = _unchanged(result, reusable)
+        else:
+            config = _tabulate(result, found, reusable, items, problems)
         result["config_sha256"] = config
         if config is None and not problems:
             problems = [f"{os.path.join(root, CONFIG_FILE)}: missing (the model configuration must be at the top)"]
         elif not problems:
             result["config_text"], problems = read_config(root, config)
     return dict(result, problems=sorted(problems), seconds=round(time.monotonic() - started, 3))
+
+
+def _unchanged(result: dict[str, Any], reusable: dict[str, Any]) -> str | None:
+    """Fill the counters of a tree that is exactly `reusable`; its config.json hash."""
+    result.update(unchanged=True, files_reused=len(reusable), bytes_reused=sum(row[0] for row in reusable.values()))
+    row = reusable.get(CONFIG_FILE)
+    return row[3] if row is not None else None
+
+
+def _tabulate(
+    result: dict[str, Any], found: list[tuple[str, str]], reusable: Any, items: list[list[Any]], problems: list[str]
+) -> str | None:
+    """Fill `files` and the counters from the reused rows and the new `items`; its config.json hash."""
+    answered = {item[0]: item for item in items}
+    files = result["files"]
+    for index, (rel, _) in enumerate(found):
+        item = answered.get(index)
+        if item is None:  # not answered: reused, its stat unchanged
+            size, mtime_ns, inode, sha256 = reusable[rel]
+            result["files_reused"] += 1
+            result["bytes_reused"] += size
+        elif len(item) == 2:
+            problems.append(item[1])
+            continue
+        else:
+            _, size, mtime_ns, inode, sha256 = item
+            result["bytes_hashed"] += size
+        files.append({"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "sha256": sha256})
+    # Plain str order: code point order equals UTF-8 byte order (names were checked to encode).
+    files.sort(key=operator.itemgetter("path"))
+    return next((f["sha256"] for f in files if f["path"] == CONFIG_FILE), None)
 
 
 def _merged_previous(engines: list[str], previous: dict[str, Any]) -> dict[str, Any]:
@@ -659,7 +715,18 @@ def collect_models(probe: Probe, params: dict[str, Any]) -> dict[str, Any]:
             probe.error("checkpoint", f"{', '.join(engines)}: {message}")
         for engine in engines:
             models[engine] = dict(tree, model_dir=params["models"][engine], ok=not problems)
+            if tree["unchanged"] and params["previous"].get(engine) != previous:  # another engine's rows
+                models[engine].update(unchanged=False, files=_listed(previous))
     return models
+
+
+def _listed(rows: dict[str, Any]) -> list[dict[str, Any]]:
+    """`hash_tree` files from reused rows, for an engine whose own previous table was not the one reused."""
+    listed = []
+    for rel in sorted(rows):
+        size, mtime_ns, inode, sha256 = rows[rel]
+        listed.append({"path": rel, "size": size, "mtime_ns": mtime_ns, "inode": inode, "sha256": sha256})
+    return listed
 
 
 # ---------------------------------------------------------------- entry point

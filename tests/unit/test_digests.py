@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import subprocess
 import tempfile
 from pathlib import Path
@@ -11,7 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from narwhal_assets.core.digests import compare_replicas, first_difference, tree_digest, tree_listing, verify_digest
+from narwhal_assets.core.digests import (
+    _check_entry,
+    compare_replicas,
+    first_difference,
+    tree_digest,
+    tree_listing,
+    verify_digest,
+)
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.observations import CheckpointDigest, CheckpointFile
 
@@ -131,6 +139,28 @@ def test_tree_digest_equals_shell_pipeline_for_random_trees(contents: dict[str, 
         root = Path(tmp)
         write_tree(root, contents)
         assert tree_digest(files_of(root)) == shell_tree_digest(root)
+
+
+def _refused(path: str) -> bool:
+    try:
+        _check_entry(path, cf(path).sha256)
+    except ValueError:
+        return True
+    return False
+
+
+def test_the_joined_check_refuses_exactly_what_the_per_entry_rule_refuses() -> None:
+    """tree_listing checks a whole table on its joined text; it must agree with the per-entry rule on every
+    short path over the characters that matter, alone and next to a clean one."""
+    alphabet = "a./-\\\n"
+    paths = ["".join(chars) for length in range(5) for chars in itertools.product(alphabet, repeat=length)]
+    for path in paths:
+        for table in ([cf(path)], [cf("ok"), cf(path)]):
+            if _refused(path):
+                with pytest.raises(ValueError, match="checkpoint path"):
+                    tree_digest(table)
+            else:
+                tree_digest(table)
 
 
 def test_compare_replicas_accepts_identical_trees() -> None:

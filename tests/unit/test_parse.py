@@ -12,6 +12,7 @@ import pytest
 
 from narwhal_assets.core.digests import tree_digest
 from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.observations import CheckpointDigest, CheckpointFile
 from narwhal_assets.remote.parse import (
     MAX_PROBLEMS,
     ProbeOutputError,
@@ -449,3 +450,39 @@ def test_command_log_escapes_control_characters_but_keeps_lines() -> None:
     entries = [tool(["hostname"], "evil\x1b]0;pwned\x07\r\nsecond line\n", rc="\x1b[2J")]  # type: ignore[arg-type]
     rendered = render_command_log(entries)
     assert rendered == "$ hostname\nevil\\x1b]0;pwned\\x07\\r\nsecond line\nexit \\x1b[2J after 0.012 s\n"
+
+
+def _previous_digest() -> CheckpointDigest:
+    files = [CheckpointFile.model_validate(f) for f in good_doc()["models"]["engine-1"]["files"]]
+    return CheckpointDigest(
+        engine="engine-1", host_id="node-2", model_dir="/srv/models/m", files=files,
+        tree_sha256=tree_digest(files), bytes_hashed=39, bytes_reused=0, files_reused=0,
+    )  # fmt: skip
+
+
+def test_an_unchanged_tree_keeps_the_previous_table_that_was_sent() -> None:
+    doc = good_doc()
+    doc["models"]["engine-1"].update(unchanged=True, files=[])
+    previous = _previous_digest()
+    raw = json.dumps(doc)
+    digest = parse_probe_output("node-2", ["engine-1"], "SHA256:abc", raw, "now", {"engine-1": previous})[1]["engine-1"]
+    assert digest.files == previous.files and digest.tree_sha256 == previous.tree_sha256
+
+
+@pytest.mark.parametrize(
+    ("change", "sent", "problem"),
+    [
+        ({}, False, "reported unchanged, but no previous table was sent"),
+        ({"files": [{"path": "config.json"}]}, True, "reported unchanged, yet lists files"),
+        ({"config_sha256": "0" * 64}, True, "reported unchanged, but its config.json sha256 is not the previous one"),
+    ],
+)
+def test_a_host_claiming_an_unchanged_tree_is_held_to_what_it_was_sent(
+    change: dict[str, Any], sent: bool, problem: str
+) -> None:
+    doc = good_doc()
+    doc["models"]["engine-1"].update({"unchanged": True, "files": [], **change})
+    previous = {"engine-1": _previous_digest()} if sent else {}
+    with pytest.raises(ProbeOutputError) as caught:
+        parse_probe_output("node-2", ["engine-1"], "SHA256:abc", json.dumps(doc), "now", previous)
+    assert caught.value.problems == [f"host node-2: checkpoint engine-1: {problem}"]

@@ -117,8 +117,9 @@ def run_probe(params: dict[str, Any], bin_dir: Path) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
-def parse(doc: dict[str, Any], roles: list[str] | None = None) -> Any:
-    return parse_probe_output("node-1", roles or ["engine-1"], "SHA256:key", json.dumps(doc), "2026-11-30T00:00:00Z")
+def parse(doc: dict[str, Any], roles: list[str] | None = None, previous: Any = None) -> Any:
+    raw = json.dumps(doc)
+    return parse_probe_output("node-1", roles or ["engine-1"], "SHA256:key", raw, "2026-11-30T00:00:00Z", previous)
 
 
 def test_probe_over_stdin_collects_every_fact_and_parses(
@@ -175,9 +176,13 @@ def test_incremental_rehash_reuses_unchanged_files_over_the_wire(
     total = sum(f.size for f in first["engine-1"].files)
     count = len(first["engine-1"].files)
 
-    unchanged = parse(run_probe({"models": models, "previous": previous_hashes(first), **sysfs}, fake_bin))[1]
+    doc = run_probe({"models": models, "previous": previous_hashes(first), **sysfs}, fake_bin)
+    assert doc["models"]["engine-1"]["unchanged"] and doc["models"]["engine-1"]["files"] == []
+    unchanged = parse(doc, previous=first)[1]
     assert (unchanged["engine-1"].files_reused, unchanged["engine-1"].bytes_hashed) == (count, 0)
     assert unchanged["engine-1"].bytes_reused == total
+    assert unchanged["engine-1"].files == first["engine-1"].files
+    assert unchanged["engine-1"].tree_sha256 == first["engine-1"].tree_sha256
 
     touched = model_dir / "model-00002-of-00002.safetensors"
     stat = touched.stat()
@@ -251,7 +256,7 @@ def test_changed_content_with_same_stat_is_only_caught_by_full_hash(model_dir: P
     with shard.open("r+b") as handle:
         handle.write(b"\xff" * 16)
     os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert probe_module.hash_tree(str(model_dir), previous)["files"] == first["files"]
+    assert probe_module.hash_tree(str(model_dir), previous)["unchanged"]
     full = probe_module.hash_tree(str(model_dir), previous, full=True)
     assert full["files"] != first["files"] and full["files_reused"] == 0
 
@@ -272,6 +277,26 @@ def test_a_file_replaced_with_the_same_size_and_mtime_is_rehashed(model_dir: Pat
     assert entry["sha256"] == hashlib.sha256(b'{"version": "2.0"}').hexdigest() and entry["inode"] != stat.st_ino
 
 
+def test_a_rehash_of_many_files_stats_them_in_threads_and_agrees_with_one_process(tmp_path: Path) -> None:
+    """Enough files for a threaded stat pass, every one changed but config.json (a file the stat pass
+    skipped would pass as reused), so many that they are then hashed in worker processes."""
+    root = tmp_path / "many"
+    for number in range(2 * probe_module.STAT_FILES_PER_THREAD):
+        (root / f"d{number % 7}").mkdir(parents=True, exist_ok=True)
+        (root / f"d{number % 7}" / f"f{number}").write_bytes(b"%d" % number)
+    (root / "config.json").write_text("{}")
+    previous = rows(probe_module.hash_tree(str(root)))
+    for number in range(2 * probe_module.STAT_FILES_PER_THREAD):
+        (root / f"d{number % 7}" / f"f{number}").write_bytes(b"changed %d" % number)
+    (root / "d0" / "f0").unlink()
+    (root / "d1" / "added").write_bytes(b"added")
+    threaded = probe_module.hash_tree(str(root), previous, workers=2)
+    assert threaded == dict(probe_module.hash_tree(str(root), previous, workers=1), seconds=threaded["seconds"])
+    assert (threaded["files_reused"], threaded["unchanged"], threaded["problems"]) == (1, False, [])
+    hashes = {f["path"]: f["sha256"] for f in threaded["files"]}
+    assert hashes["d3/f3"] == hashlib.sha256(b"changed 3").hexdigest() and "d0/f0" not in hashes
+
+
 def test_a_model_dir_shared_by_engines_is_hashed_once(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     original = probe_module.hash_tree
@@ -290,6 +315,18 @@ def test_a_model_dir_shared_by_engines_is_hashed_once(model_dir: Path, monkeypat
     assert models["engine-1"]["files"] == models["engine-2"]["files"]
     assert models["engine-2"]["model_dir"] == str(alias)
     assert probe.errors == []
+
+
+def test_an_unchanged_shared_dir_lists_rows_for_an_engine_whose_previous_table_differed(model_dir: Path) -> None:
+    """`unchanged` promises the engine's own previous table; an engine that had another table gets the rows."""
+    tree = probe_module.hash_tree(str(model_dir))
+    rows_1 = rows(tree)
+    rows_2 = {rel: row for rel, row in rows_1.items() if rel != "empty"}
+    params = {"models": {"engine-1": str(model_dir), "engine-2": str(model_dir)}}
+    params["previous"] = {"engine-1": rows_1, "engine-2": rows_2}
+    models = probe_module.collect_models(probe_module.Probe(), probe_module._load_params(params))
+    assert models["engine-1"]["unchanged"] and models["engine-1"]["files"] == []
+    assert not models["engine-2"]["unchanged"] and models["engine-2"]["files"] == tree["files"]
 
 
 def _symlink_to_dir(root: Path) -> Path:
