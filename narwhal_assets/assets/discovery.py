@@ -68,7 +68,7 @@ def host_discovery(
         connector.store.commit()
         yield _known_hosts_result(connector.store.path, {h: r for h, r in results.items() if isinstance(r, dict)})
         return
-    previous = latest_complete_run(settings)
+    previous = None if config.full_hash else latest_complete_run(settings)  # a full hash reuses nothing
     run = DiscoveryRun(new_run_dir(settings))
     context.log.info(f"discovery run directory {run.run_dir}")
     inspect_hosts(settings, inventory, connector, run, previous.checkpoints if previous else {}, config.full_hash)
