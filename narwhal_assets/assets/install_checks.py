@@ -14,7 +14,6 @@ from pathlib import Path
 import dagster as dg
 
 from narwhal_assets.assets.install import INSTALLATION
-from narwhal_assets.assets.lineage import latest_metadata
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.assets.prepare import DEPLOYMENT_MANIFEST
 from narwhal_assets.core.errors import NarwhalError
@@ -36,7 +35,10 @@ class LatestManifest:
 
 def latest_manifest(instance: dg.DagsterInstance) -> LatestManifest:
     """Raises NarwhalError when nothing was prepared (or the materialization lacks the fields)."""
-    metadata = latest_metadata(instance, DEPLOYMENT_MANIFEST)
+    event = instance.get_latest_materialization_event(DEPLOYMENT_MANIFEST)
+    if event is None or event.asset_materialization is None:
+        raise NarwhalError("deployment_manifest has never been materialized; run `deploy-hosts prepare`")
+    metadata = event.asset_materialization.metadata
     try:
         return LatestManifest(Path(str(metadata["out"].value)), str(metadata["deployment_id"].value),
                               str(metadata["revision"].value))  # fmt: skip
