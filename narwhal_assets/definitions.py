@@ -11,10 +11,11 @@ from narwhal_assets.assets.deployment_status import live_deployment_matches_inst
 from narwhal_assets.assets.discovery import discovered_config, host_discovery
 from narwhal_assets.assets.freshness import discovered_set_fresh, discovery_freshness_sensor
 from narwhal_assets.assets.install import host_installation, install_job
+from narwhal_assets.assets.install_checks import installation_outdated_sensor, installed_from_latest_manifest
 from narwhal_assets.assets.inventory import host_inventory
 from narwhal_assets.assets.prepare import PREPARE_CHECKS, prepare_deployment
 from narwhal_assets.resources import ManagementCheckout, SshSettings
-from narwhal_assets.schedules import weekly_full_rehash
+from narwhal_assets.schedules import reverify_installed_hosts, weekly_full_rehash
 from narwhal_assets.sensors import inventory_sensor, rediscovery_sensor
 
 # Every process that loads this code location (dagster CLI, code server, run workers) creates Dagster's
@@ -28,11 +29,12 @@ ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     checkpoint_replicas_agree,
     generated_files_private,
     discovered_set_fresh,
+    installed_from_latest_manifest,
     *PREPARE_CHECKS,
     live_deployment_matches_installed,
 ]
-SENSORS = [inventory_sensor, rediscovery_sensor, discovery_freshness_sensor]
-SCHEDULES = [weekly_full_rehash]
+SENSORS = [inventory_sensor, rediscovery_sensor, discovery_freshness_sensor, installation_outdated_sensor]
+SCHEDULES = [weekly_full_rehash, reverify_installed_hosts]
 
 # The main job: what `deploy-hosts discover` runs, runnable (and schedulable) from the UI too. Selecting the
 # assets themselves (not `AssetSelection.groups`) avoids that API's beta `include_sources` warning path.

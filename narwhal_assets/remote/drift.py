@@ -6,6 +6,9 @@ directory (size, mtime, inode; symlinks to files followed as `find -L` does) and
 `config.json`. No other checkpoint byte is read. The workstation appends `main('<json params>')` and
 compares the result with the latest discovery (`narwhal_assets.core.drift`). It never dies with a
 traceback: failures become entries of `problems` (per model) or `errors`.
+
+It runs on every host at every drift tick, so it imports only what it uses (`typing` only for type checkers,
+plain threads rather than `concurrent.futures`, which imports `logging`): start-up is most of its cost.
 """
 
 from __future__ import annotations
@@ -16,8 +19,12 @@ import os
 import stat
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+import threading
+
+TYPE_CHECKING = False  # the `typing.TYPE_CHECKING` idiom without importing `typing` at run time
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 SCHEMA = "narwhal.drift-probe"
 SCHEMA_VERSION = 1
@@ -112,6 +119,28 @@ def machine_id() -> str | None:
         return None
 
 
+def in_parallel(jobs: dict[str, tuple[Callable[[Any], Any], Any]]) -> dict[str, Any]:
+    """name -> (function, argument): every call in its own thread; name -> its result (re-raises the first
+    exception in the caller, as `Future.result()` would)."""
+    results: dict[str, Any] = {}
+    failures: list[BaseException] = []
+
+    def call(name: str, function: Callable[[Any], Any], argument: Any) -> None:
+        try:
+            results[name] = function(argument)
+        except BaseException as exc:  # handed to the caller, never a traceback on stderr
+            failures.append(exc)
+
+    threads = [threading.Thread(target=call, args=(name, *job)) for name, job in jobs.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return results
+
+
 def build_document(params: dict[str, Any]) -> dict[str, Any]:
     """Commands by name, and each engine's model directory (a directory shared by engines is read once).
 
@@ -122,13 +151,12 @@ def build_document(params: dict[str, Any]) -> dict[str, Any]:
     document["machine_id"] = machine_id()
     try:
         dirs = {os.path.realpath(root): root for root in sorted(params["models"].values())}
-        with ThreadPoolExecutor(max_workers=len(params["commands"]) + len(dirs) or 1) as pool:
-            tools = {name: pool.submit(run, [str(a) for a in argv]) for name, argv in params["commands"].items()}
-            walks = {real: pool.submit(model, root) for real, root in dirs.items()}
-            document["tools"] = {name: future.result() for name, future in sorted(tools.items())}
-            for engine, root in sorted(params["models"].items()):
-                walked = walks[os.path.realpath(root)].result()
-                document["models"][engine] = dict(walked, model_dir=root)
+        jobs = {"tool:" + name: (run, [str(a) for a in argv]) for name, argv in params["commands"].items()}
+        jobs.update({"dir:" + real: (model, root) for real, root in dirs.items()})
+        results = in_parallel(jobs)
+        document["tools"] = {name: results["tool:" + name] for name in sorted(params["commands"])}
+        for engine, root in sorted(params["models"].items()):
+            document["models"][engine] = dict(results["dir:" + os.path.realpath(root)], model_dir=root)
     except Exception as exc:
         document["errors"].append(f"internal error: {type(exc).__name__}: {exc}")
     return document

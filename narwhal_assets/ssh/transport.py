@@ -80,7 +80,8 @@ def guard_source() -> str:
 
 def guarded(command: str, limit: float) -> str:
     """The remote command line that runs `command` under the guard with a `limit`-second backstop."""
-    argv = ["python3", "-c", guard_source(), f"{limit:.0f}", "/bin/sh", "-c", command]
+    # -I -S: nothing of the account's Python environment, and no `site` import (half the guard's start-up)
+    argv = ["python3", "-I", "-S", "-c", guard_source(), f"{limit:.0f}", "/bin/sh", "-c", command]
     return "exec " + shlex.join(argv)
 
 

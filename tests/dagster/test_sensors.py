@@ -168,7 +168,8 @@ def test_every_sensor_and_schedule_has_a_description_and_the_cli_lists_them(tmp_
     repository = defs.get_repository_def()
     automation = {d.name: d.description for d in [*repository.sensor_defs, *repository.schedule_defs]}
     assert set(automation) == {"inventory_sensor", "rediscovery_sensor", "discovery_freshness_sensor",
-                               "weekly_full_rehash"}  # fmt: skip
+                               "installation_outdated_sensor", "weekly_full_rehash",
+                               "reverify_installed_hosts"}  # fmt: skip
     assert all(description and len(description) > 40 for description in automation.values())
     home = tmp_path / "home"
     home.mkdir()
@@ -177,5 +178,6 @@ def test_every_sensor_and_schedule_has_a_description_and_the_cli_lists_them(tmp_
     listed = subprocess.run([str(DAGSTER), "sensor", "list", "-w", "workspace.yaml"], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=180, check=False)  # fmt: skip
     assert listed.returncode == 0, listed.stderr
-    for name in ("inventory_sensor", "rediscovery_sensor", "discovery_freshness_sensor"):
+    for name in ("inventory_sensor", "rediscovery_sensor", "discovery_freshness_sensor",
+                 "installation_outdated_sensor"):
         assert name in listed.stdout

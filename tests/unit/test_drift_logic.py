@@ -126,3 +126,14 @@ def test_the_drift_program_stats_files_and_hashes_only_config_json(tmp_path: Pat
     assert set(entry["files"]) == {"config.json", "sub/w.bin", "w.link"}
     reasons = sorted(p.split(": ")[1] for p in entry["problems"])
     assert reasons == ["No such file or directory", "not a regular file or a symlink to one"]
+
+
+def test_the_drift_program_stays_light_and_reports_a_failing_worker_without_a_traceback() -> None:
+    params = {"commands": {"echo": ["echo", "hi"], "empty": []}, "models": {}}
+    report = "import sys\nprint(sorted(m for m in ('typing', 'logging', 'concurrent.futures') if m in sys.modules))"
+    script = (drift_probe.__loader__.get_source(drift_probe.__name__)
+              + f"\nmain({json.dumps(json.dumps(params))})\n{report}\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-I", "-S", "-"], input=script.encode(), capture_output=True, check=True)
+    document, loaded = done.stdout.decode().splitlines()
+    assert loaded == "[]", "start-up is most of the probe's cost on every host at every tick"
+    assert json.loads(document)["errors"][0].startswith("internal error: IndexError") and not done.stderr

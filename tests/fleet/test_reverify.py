@@ -1,0 +1,140 @@
+"""Re-verification schedule and the `installed_from_latest_manifest` check against real sshd hosts.
+
+Reuses the install tests' discovered git checkout (h1 router + engine-1, h2 password engine-2, h3 engine-3)
+and their prepared-run fixture, on a fleet of this module's own. Prepare and install are the real
+`deploy-hosts` commands against the test's Dagster instance; the schedule's ticks are evaluated with
+`build_schedule_context` on that instance and the runs they request are executed with `runner.run_job`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import test_install
+from dagster._core.definitions.data_version import StaleStatus
+from dagster._utils.test.data_versions import get_stale_status_resolver  # Dagster's own per-partition staleness
+from test_discovery import cli
+from test_install import install, manifest_of, outcomes, remote_dir
+
+from narwhal_assets.assets.install import INSTALLATION, host_installation
+from narwhal_assets.assets.install_checks import CHECK_NAME, evaluate_installed, installation_outdated_sensor
+from narwhal_assets.assets.prepare import prepare_deployment
+from narwhal_assets.definitions import defs
+from narwhal_assets.fleetsim import SimFleet
+from narwhal_assets.installation import HostInstallFailure
+from narwhal_assets.runner import run_job
+from narwhal_assets.schedules import reverify_installed_hosts
+
+fleet = test_install.fleet
+ssh_config = test_install.ssh_config
+discovered = test_install.discovered
+prepared = test_install.prepared
+HOSTS = ["node-1", "node-2", "node-3"]
+
+
+@pytest.fixture
+def instance() -> Iterator[dg.DagsterInstance]:
+    """The test's instance (DAGSTER_HOME), open for the whole test: an evaluation leaves Dagster's definitions
+    state storage pointing at the instance it ran with."""
+    with dg.DagsterInstance.get() as instance:
+        yield instance
+
+
+def tick(instance: dg.DagsterInstance) -> dg.ScheduleExecutionData:
+    """One evaluation of the re-verification schedule, as the daemon evaluates it."""
+    context = dg.build_schedule_context(instance=instance, repository_def=defs.get_repository_def())
+    return reverify_installed_hosts.evaluate_tick(context)
+
+
+def run_request(root: Path, request: dg.RunRequest) -> tuple[str, dict[str, object]]:
+    """Execute one requested run as the daemon would launch it: (outcome, its metadata or the failure's)."""
+    assert request.partition_key is not None
+    try:
+        result = run_job(root, request.job_name or "install_job", "reverify", run_config=request.run_config,
+                         partition_key=request.partition_key, tags=request.tags)  # fmt: skip
+    except HostInstallFailure as failure:
+        return f"failed: {failure.gate}", {"message": failure.message}
+    [event] = result.asset_materializations_for_node(INSTALLATION.path[-1])
+    meta = {key: value.value for key, value in event.metadata.items()}
+    return str(meta["outcome"]), meta
+
+
+def test_reverify_schedule_requests_installed_hosts_and_a_tampered_host_fails(
+    discovered: Path, prepared: Path, fleet: SimFleet, instance: dg.DagsterInstance, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert not instance.get_dynamic_partitions("narwhal_hosts"), "prepare adds no host partition; install does"
+    assert "no narwhal_hosts partition" in tick(instance).skip_message
+
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 0 and outcomes(out) == dict.fromkeys(HOSTS, "installed"), out + err
+    requests = tick(instance).run_requests
+    assert [r.partition_key for r in requests] == HOSTS and {r.run_key for r in requests} == set(HOSTS)
+    config = {"ops": {"host_installation": {"config": {"run_dir": str(prepared)}}}}
+    assert all(r.run_config == config and r.tags["narwhal.trigger"] == "reverify" for r in requests)
+    assert dg.validate_run_config(defs.resolve_job_def("install_job"), config)
+
+    target = remote_dir(fleet, "node-2", prepared) / "checkout" / "runs" / "deployment" / ".env.engine-2"
+    target.write_bytes(b"export TAMPERED=1\n")
+    results = {r.partition_key: run_request(discovered, r) for r in requests}
+    assert results["node-2"][0] == "failed: verify file" and ".env.engine-2" in str(results["node-2"][1]["message"])
+    for host_id in ("node-1", "node-3"):
+        outcome, meta = results[host_id]
+        assert (outcome, meta["bytes_sent"], meta["files_sent"]) == ("reused", 0, 0)
+        assert meta["deployment_id"] == manifest_of(prepared).deployment_id
+    assert target.read_bytes() == b"export TAMPERED=1\n", "re-verification repairs nothing"
+    retried = [r.partition_key for r in tick(instance).run_requests]
+    assert retried == HOSTS, "a failed re-verification is retried next tick"
+
+    rc, out, err = cli(discovered, "prepare", "--out", str(prepared.parent / "newer"), capsys=capsys)
+    assert rc == 0, err
+    behind = tick(instance)  # no host is on the latest prepared run: re-verifying would install it, so nothing runs
+    assert not behind.run_requests and behind.skip_message.startswith("nothing to re-verify: no host has ")
+    assert behind.skip_message.endswith("node-1 (outdated), node-2 (outdated), node-3 (outdated)")
+
+
+def test_outdated_partitions_are_named_by_the_check_and_dagster_staleness_marks_every_partition(
+    discovered: Path, prepared: Path, instance: dg.DagsterInstance, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 0, out + err
+    old = manifest_of(prepared).deployment_id
+    current = evaluate_installed(instance)
+    assert current.passed and current.description == f"all 3 host(s) installed from {old}"
+    [run] = instance.get_runs(limit=1)
+    [evaluation] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    assert evaluation.dagster_event.event_specific_data.check_name == CHECK_NAME, "runs with every install"
+    assert run.status == dg.DagsterRunStatus.SUCCESS
+
+    newer = prepared.parent / "newer"
+    rc, out, err = cli(discovered, "prepare", "--out", str(newer), capsys=capsys)
+    assert rc == 0, err
+    new = manifest_of(newer).deployment_id
+    assert new != old
+    outdated = evaluate_installed(instance)
+    assert not outdated.passed and outdated.severity == dg.AssetCheckSeverity.WARN
+    assert outdated.description == (f"not on the latest deployment {new}: node-1 (outdated: {old}), "
+                                    f"node-2 (outdated: {old}), node-3 (outdated: {old})")  # fmt: skip
+    rows = [r.data for r in outdated.metadata["hosts"].value.records]
+    assert rows[0] == {"host": "node-1", "state": "outdated", "installed_deployment": old,
+                       "installed_revision": manifest_of(prepared).revision, "latest_deployment": new}  # fmt: skip
+    stale = get_stale_status_resolver(instance, [prepare_deployment, host_installation])
+    assert {stale.get_status(INSTALLATION, h) for h in HOSTS} == {StaleStatus.STALE}
+    assert stale.get_status(INSTALLATION) == StaleStatus.FRESH, "no asset-level staleness when partitioned"
+    [cause] = stale.get_stale_causes(INSTALLATION, "node-1")
+    assert cause.reason == "has a new dependency materialization"
+
+    context = dg.build_sensor_context(instance=instance, definitions=defs)
+    first = installation_outdated_sensor.evaluate_tick(context)
+    [event] = first.asset_events
+    assert isinstance(event, dg.AssetCheckEvaluation) and not event.passed
+    again = dg.build_sensor_context(instance=instance, definitions=defs, cursor=first.cursor)
+    assert not installation_outdated_sensor.evaluate_tick(again).asset_events
+
+    rc, out, err = install(discovered, newer, capsys, "--host", "node-1")
+    assert rc == 0, out + err
+    found = evaluate_installed(instance)
+    assert found.description == f"not on the latest deployment {new}: " + ", ".join(
+        f"{host_id} (outdated: {old})" for host_id in ("node-2", "node-3"))
