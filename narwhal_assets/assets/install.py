@@ -31,6 +31,7 @@ from narwhal_assets.ssh.trust import TrustMode
 
 GROUP = "installation"
 INSTALLATION = dg.AssetKey("host_installation")
+OUTDATED_CHECK = dg.AssetCheckKey(INSTALLATION, "installed_from_latest_manifest")  # `assets/install_checks.py`
 
 
 class InstallConfig(dg.Config):
@@ -90,7 +91,9 @@ def outcome_metadata(run: PreparedRun, outcome: HostOutcome) -> dict[str, object
 
 install_job = dg.define_asset_job(
     "install_job",
-    selection=dg.AssetSelection.assets(INSTALLATION).without_checks(),
+    # the outdated-installation check runs after each host (non-blocking); the live-deployment check does not:
+    # it compares with the last `status` observation, which an install has just made stale
+    selection=dg.AssetSelection.assets(INSTALLATION).without_checks() | dg.AssetSelection.checks(OUTDATED_CHECK),
     partitions_def=host_partitions,
     description="Install the prepared run on the selected hosts (one partition per physical host)",
 )

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from narwhal_assets.assets.install import INSTALLATION
+from narwhal_assets.assets.install import INSTALLATION, OUTDATED_CHECK
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.assets.prepare import DEPLOYMENT_MANIFEST
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.installed import CURRENT, HostState, Installed, compare_installed
 
-CHECK_NAME = "installed_from_latest_manifest"
+CHECK_NAME = OUTDATED_CHECK.name
 SENSOR_TICK_S = 60
 COLUMNS = ["host", "state", "installed_deployment", "installed_revision", "latest_deployment"]
 
