@@ -115,6 +115,14 @@ def run_ids(instance: dg.DagsterInstance) -> set[str]:
     return {run.run_id for run in instance.get_runs()}
 
 
+def expect_description(page: Page, asset: dg.AssetKey) -> None:
+    """The asset page shows each path of the asset's description literally: the UI renders descriptions as
+    Markdown, where an unquoted `<out>` would be taken for an HTML tag and vanish."""
+    description = defs.resolve_asset_graph().get(asset).description or ""
+    for path in re.findall(r"`([^`]+)`", description):
+        expect(page.get_by_text(path, exact=True)).to_be_visible(timeout=60_000)
+
+
 def multi_asset_siblings(asset: dg.AssetKey) -> list[str]:
     """The other assets of `asset`'s multi-asset: the UI says a click materializes them too."""
     return sorted(key.to_user_string() for key in defs.resolve_assets_def(asset).keys - {asset})
@@ -146,6 +154,7 @@ def backfill_every_host(page: Page, base: str, instance: dg.DagsterInstance, hos
     """Materialize… on `host_installation`, All partitions, Launch backfill; its page until it succeeded."""
     asset = INSTALLATION.to_user_string()
     page.goto(f"{base}/assets/{asset}")
+    expect_description(page, INSTALLATION)
     page.get_by_role("button", name="Materialize…").click()
     dialog = page.get_by_role("dialog")
     expect(dialog.get_by_text(f"Launch runs to materialize {asset}", exact=True)).to_be_visible(timeout=60_000)
@@ -231,6 +240,7 @@ def test_operator_discovers_prepares_and_installs_from_the_ui(
         # Prepare: Materialize on `deployment_manifest`, confirming that its multi-asset's siblings come along.
         before = run_ids(instance)
         page.goto(f"{base}/assets/{DEPLOYMENT_MANIFEST.to_user_string()}")
+        expect_description(page, DEPLOYMENT_MANIFEST)
         page.get_by_role("button", name=re.compile(r"\bMaterialize$")).click()
         dialog = page.get_by_role("dialog")
         for sibling in multi_asset_siblings(DEPLOYMENT_MANIFEST):
