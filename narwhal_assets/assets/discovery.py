@@ -46,9 +46,9 @@ def _enrolment(connection: HostConnection) -> dict[str, str]:
         dg.AssetSpec(KNOWN_HOSTS, deps=["host_inventory"], group_name=GROUP, kinds={"ssh"},
                      description="config/ssh.known_hosts: accept-new enrolment of every inventory host"),
         dg.AssetSpec(OBSERVATIONS, deps=[KNOWN_HOSTS], group_name=GROUP, kinds={"json"},
-                     description="runs/discovery/<run>/: per-host observations and command logs"),
+                     description="`runs/discovery/<run>/`: per-host observations and command logs"),
         dg.AssetSpec(CHECKPOINTS, deps=[OBSERVATIONS], group_name=GROUP, kinds={"json"},
-                     description="runs/discovery/<run>/engine-<n>-checkpoint.json: file hashes and tree digest"),
+                     description="`runs/discovery/<run>/engine-<n>-checkpoint.json`: file hashes and tree digest"),
     ],
     can_subset=True,
 )  # fmt: skip

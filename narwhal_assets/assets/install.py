@@ -48,7 +48,7 @@ class InstallConfig(dg.Config):
     deps=[DEPLOYMENT_MANIFEST],
     group_name=GROUP,
     kinds={"ssh"},
-    description="~/Narwhal-deploy/<deployment id>/ on one host: the prepared run installed and verified",
+    description="`~/Narwhal-deploy/<deployment id>/` on one host: the prepared run installed and verified",
 )
 def host_installation(
     context: dg.AssetExecutionContext, config: InstallConfig, checkout: ManagementCheckout, ssh: SshSettings

@@ -44,14 +44,14 @@ class PrepareConfig(dg.Config):
     name=OP_NAME,
     specs=[
         dg.AssetSpec(SOURCE_BUNDLE, group_name=GROUP, kinds={"git"},
-                     description="<out>/source.bundle: NARWHAL_DEPLOYMENT_REVISION only, verified by a fresh clone"),
+                     description="`<out>/source.bundle`: NARWHAL_DEPLOYMENT_REVISION only, verified by a fresh clone"),
         dg.AssetSpec(ROLE_ENVIRONMENTS, group_name=GROUP, kinds={"shell"},
                      deps=["host_inventory", "deployment_env", "engine_launch_records", "fleet", "profiling_limits"],
-                     description="<out>/<host-id>/: role files, launch files, tool snapshots, the router's fleet "
-                                 "and profiling limits; <out>/sources.json"),
+                     description="`<out>/<host-id>/`: role files, launch files, tool snapshots, the router's fleet "
+                                 "and profiling limits; `<out>/sources.json`"),
         dg.AssetSpec(DEPLOYMENT_MANIFEST, group_name=GROUP, kinds={"json"},
                      deps=[SOURCE_BUNDLE, ROLE_ENVIRONMENTS, KNOWN_HOSTS],
-                     description="<out>/manifest.json (written last): revision, hosts, pins and every file's hash"),
+                     description="`<out>/manifest.json` (written last): revision, hosts, pins and every file's hash"),
     ],
 )  # fmt: skip
 def prepare_deployment(

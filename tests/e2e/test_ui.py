@@ -1,5 +1,6 @@
 """The Dagster UI in headless Chromium: `dagster dev` on a checkout wired to the simulated fleet, driven as an
-operator would (asset catalog, Materialize on the discovery group, the run, the Automation page).
+operator would: the asset catalog, Materialize on the discovery group and on `deployment_manifest` (prepare),
+a backfill of `host_installation` over every host's partition, its per-host outcome, the Automation page.
 
 Screenshots go to `NARWHAL_UI_SCREENSHOTS` when set (scripts/ui-screenshots.sh: docs/ui), else the test's tmp dir.
 Every expectation comes from the definitions (`defs`), not from a hard-coded list.
@@ -16,15 +17,24 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster_dev import CHROMIUM, dagster_dev, require_browser, tail
-from fleet.test_discovery import DESTINATIONS, PASSWORD, assert_nowhere
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+from test_discovery import DESTINATIONS, PASSWORD, assert_nowhere
+from test_install import OFFLINE_CHECK, OFFLINE_INSTALL, manifest_of, partition_metadata, remote_dir
+from test_prepare import git_checkout, set_env
 
+from narwhal_assets.assets.install import INSTALLATION
+from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.assets.prepare import DEPLOYMENT_MANIFEST, latest_out
+from narwhal_assets.core.envfile import shell_quote
 from narwhal_assets.definitions import defs
+from narwhal_assets.fleetsim import SimFleet
 from narwhal_assets.privatefiles import write_private
 from narwhal_assets.runner import DAGSTER_HOME_DEFAULT, INSTANCE_YAML
 
 pytestmark = pytest.mark.fleet
-RUN_S = 600.0  # a discovery launched from the UI: one subprocess per step on 2 busy cores
+RUN_S = 600.0  # a run launched from the UI (discovery, prepare): one subprocess per step on 2 busy cores
+BACKFILL_S = 900.0  # the daemon's backfill: one run per host, all started at once on the same 2 cores
+LAUNCH_S = 180.0  # from the click until the launched run or backfill is in the instance
 VIEWPORT = {"width": 1600, "height": 1000}  # the catalog renders only the rows in view
 GROUP_LINK = "a[starts-with(@href, '/asset-groups~group')]"  # XPath: a catalog row's link to its group
 # Read before the fixtures clear NARWHAL_* from the environment.
@@ -34,6 +44,9 @@ LOOPBACK_ONLY = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
 GRAPH_VIEWPORT = {"width": 2400, "height": 760}  # the lineage graph draws full nodes only when zoomed in this far
 GRAPH_NODE = "[class*='AssetNode_assetName']"  # one per asset drawn in a lineage graph
 LOCATION = "narwhal_assets.definitions"  # workspace.yaml's python_module names the code location
+RUN_DONE = re.compile(r"^(Success|Failure|Canceled)$")  # a run page's final status tag
+BACKFILL_DONE = re.compile(r"^(Succeeded|Completed|Failed|Canceled)$")  # a backfill page's final status tag
+NOT_A_LINK = "xpath=self::*[not(ancestor-or-self::a)]"  # the backfill page's column headers are links
 
 
 @pytest.fixture
@@ -74,11 +87,12 @@ def automations() -> list[str]:
     return sorted([s.name for s in defs.sensors or ()] + [s.name for s in defs.schedules or ()])
 
 
-def wait_for_run(instance: dg.DagsterInstance, page: Page, screenshots: Path, log: Path) -> dg.DagsterRun:
-    """The run the UI launched (the instance's only run), once the daemon has dequeued it."""
-    deadline = time.monotonic() + 180
+def launched_run(instance: dg.DagsterInstance, before: set[str], page: Page, screenshots: Path,
+                 log: Path) -> dg.DagsterRun:  # fmt: skip
+    """The run a click launched: the instance's only run not in `before`."""
+    deadline = time.monotonic() + LAUNCH_S
     while time.monotonic() < deadline:
-        runs = instance.get_runs(limit=2)
+        runs = [run for run in instance.get_runs(limit=len(before) + 2) if run.run_id not in before]
         if runs:
             assert len(runs) == 1, "one click, one run"
             return runs[0]
@@ -87,13 +101,106 @@ def wait_for_run(instance: dg.DagsterInstance, page: Page, screenshots: Path, lo
     pytest.fail(f"Materialize launched no run (see no-run.png):\n{tail(log)}", pytrace=False)
 
 
-def test_operator_materializes_discovery_from_the_ui(
-    browser: Browser, screenshots: Path, checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def follow_run(page: Page, base: str, instance: dg.DagsterInstance, run: dg.DagsterRun, log: Path) -> None:
+    """The run's page until it shows a final status; the run must have succeeded."""
+    page.goto(f"{base}/runs/{run.run_id}")
+    expect(page.get_by_text(RUN_DONE).first).to_be_visible(timeout=RUN_S * 1000)
+    finished = instance.get_run_by_id(run.run_id)
+    assert finished is not None
+    if finished.status != dg.DagsterRunStatus.SUCCESS:
+        pytest.fail(f"run {run.run_id} ({run.job_name}) ended {finished.status.value}:\n{tail(log)}", pytrace=False)
+
+
+def run_ids(instance: dg.DagsterInstance) -> set[str]:
+    return {run.run_id for run in instance.get_runs()}
+
+
+def expect_description(page: Page, asset: dg.AssetKey) -> None:
+    """The asset page shows each path of the asset's description literally: the UI renders descriptions as
+    Markdown, where an unquoted `<out>` would be taken for an HTML tag and vanish."""
+    description = defs.resolve_asset_graph().get(asset).description or ""
+    for path in re.findall(r"`([^`]+)`", description):
+        expect(page.get_by_text(path, exact=True)).to_be_visible(timeout=60_000)
+
+
+def multi_asset_siblings(asset: dg.AssetKey) -> list[str]:
+    """The other assets of `asset`'s multi-asset: the UI says a click materializes them too."""
+    return sorted(key.to_user_string() for key in defs.resolve_assets_def(asset).keys - {asset})
+
+
+def deployable_checkout(checkout: Path) -> None:
+    """A git checkout whose .env names its revision and the offline install and check the hosts can run."""
+    set_env(checkout, NARWHAL_DEPLOYMENT_REVISION=git_checkout(checkout))
+    with (checkout / ".env").open("a", encoding="utf-8") as env:
+        env.write(f"NARWHAL_REMOTE_INSTALL={shell_quote(OFFLINE_INSTALL)}\n"
+                  f"NARWHAL_REMOTE_CHECK={shell_quote(OFFLINE_CHECK)}\n")  # fmt: skip
+
+
+def launched_backfill(instance: dg.DagsterInstance, page: Page, screenshots: Path, log: Path) -> str:
+    """The id of the backfill a click launched (the instance's only one)."""
+    deadline = time.monotonic() + LAUNCH_S
+    while time.monotonic() < deadline:
+        backfills = instance.get_backfills()
+        if backfills:
+            assert len(backfills) == 1, "one click, one backfill"
+            return backfills[0].backfill_id
+        page.wait_for_timeout(1000)
+    page.screenshot(path=screenshots / "no-backfill.png")
+    pytest.fail(f"Launch backfill launched nothing (see no-backfill.png):\n{tail(log)}", pytrace=False)
+
+
+def backfill_every_host(page: Page, base: str, instance: dg.DagsterInstance, hosts: list[str], screenshots: Path,
+                        log: Path) -> None:  # fmt: skip
+    """Materialize… on `host_installation`, All partitions, Launch backfill; its page until it succeeded."""
+    asset = INSTALLATION.to_user_string()
+    page.goto(f"{base}/assets/{asset}")
+    expect_description(page, INSTALLATION)
+    page.get_by_role("button", name="Materialize…").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text(f"Launch runs to materialize {asset}", exact=True)).to_be_visible(timeout=60_000)
+    dialog.get_by_role("button", name="All", exact=True).click()
+    expect(dialog.get_by_text(f"{len(hosts)} partitions", exact=True)).to_be_visible(timeout=60_000)
+    for host in hosts:
+        expect(dialog.get_by_text(host, exact=True).first).to_be_visible()
+    page.screenshot(path=screenshots / "install-launch.png")
+    dialog.get_by_role("button", name="Launch backfill").click()
+    backfill = launched_backfill(instance, page, screenshots, log)
+
+    page.goto(f"{base}/runs/b/{backfill}")
+    status = page.get_by_text(BACKFILL_DONE).locator(NOT_A_LINK)
+    expect(status).to_be_visible(timeout=BACKFILL_S * 1000)
+    page.screenshot(path=screenshots / "install-backfill.png")
+    if status.inner_text() != "Succeeded":
+        pytest.fail(f"backfill {backfill} ended {status.inner_text()} (see install-backfill.png):\n{tail(log)}",
+                    pytrace=False)  # fmt: skip
+    for host in hosts:  # the backfill's partition selection names every host
+        expect(page.get_by_text(host, exact=True).first).to_be_visible()
+
+
+def assert_partitions_installed(page: Page, base: str, hosts: list[str], screenshots: Path) -> None:
+    """The asset's Partitions tab: every host materialized, none missing or failed, and each host's own
+    materialization (its log file) with outcome `installed`."""
+    page.goto(f"{base}/assets/{INSTALLATION.to_user_string()}?view=partitions")
+    for label in (f"Materialized ({len(hosts)})", "Missing (0)", "Failed (0)", "Materializing (0)"):
+        expect(page.get_by_text(label, exact=True)).to_be_visible(timeout=60_000)  # the status filters' counts
+    for host in hosts:
+        page.get_by_text(host, exact=True).first.click()
+        its_log = page.get_by_role("row", name=re.compile(rf"logs\/{host}\.log"))  # "\/": Playwright sends /source/
+        expect(its_log).to_be_visible(timeout=60_000)
+        expect(page.get_by_role("row", name="outcome installed")).to_be_visible()
+    page.screenshot(path=screenshots / "host-installation-partitions.png")
+
+
+def test_operator_discovers_prepares_and_installs_from_the_ui(
+    browser: Browser, screenshots: Path, checkout: Path, fleet: SimFleet, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    deployable_checkout(checkout)
     home = checkout / DAGSTER_HOME_DEFAULT
     write_private(home / "dagster.yaml", INSTANCE_YAML)
     workdir = tmp_path / "dagster-dev"
     workdir.mkdir()
+    log = workdir / "dagster-dev.log"
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     with dagster_dev(checkout, home, workdir) as base, dg.DagsterInstance.get() as instance:
         page = browser.new_page(viewport=VIEWPORT)
@@ -113,16 +220,12 @@ def test_operator_materializes_discovery_from_the_ui(
         in_group = [asset for asset, group in groups_of_assets().items() if group == "discovery"]
         expect(page.locator(GRAPH_NODE)).to_have_count(len(in_group), timeout=60_000)
         page.get_by_role("button", name="Materialize all").click()
-        run = wait_for_run(instance, page, screenshots, workdir / "dagster-dev.log")
-        page.goto(f"{base}/runs/{run.run_id}")
-        expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=RUN_S * 1000)
+        follow_run(page, base, instance, launched_run(instance, set(), page, screenshots, log), log)
         page.screenshot(path=screenshots / "discovery-run.png")
-        finished = instance.get_run_by_id(run.run_id)
-        assert finished is not None and finished.status == dg.DagsterRunStatus.SUCCESS
         assert (checkout / "config" / "fleet.json").is_file() and (checkout / "config" / "deployment.env").is_file()
 
         page.goto(f"{base}/assets")
-        for asset in in_group:  # the other groups (prepare, install) are not part of this run
+        for asset in in_group:  # the other groups (deployment, installation) are not part of this run
             expect(catalog_row(page, asset).get_by_text("Materialized")).to_be_visible(timeout=60_000)
         page.screenshot(path=screenshots / "catalog.png")
         # The group's graph once more, wide enough for full nodes: each with its latest event, checks passed.
@@ -134,8 +237,30 @@ def test_operator_materializes_discovery_from_the_ui(
         page.screenshot(path=screenshots / "asset-graph.png")
         page.set_viewport_size(VIEWPORT)
 
-        # HOOK (lead, install issue): launch a backfill of `host_installation` over all hosts from the UI here,
-        # see each partition succeed, and save `install-partitions.png` (docs/ui.md links it).
+        # Prepare: Materialize on `deployment_manifest`, confirming that its multi-asset's siblings come along.
+        before = run_ids(instance)
+        page.goto(f"{base}/assets/{DEPLOYMENT_MANIFEST.to_user_string()}")
+        expect_description(page, DEPLOYMENT_MANIFEST)
+        page.get_by_role("button", name=re.compile(r"\bMaterialize$")).click()
+        dialog = page.get_by_role("dialog")
+        for sibling in multi_asset_siblings(DEPLOYMENT_MANIFEST):
+            expect(dialog.get_by_role("link", name=sibling, exact=True)).to_be_visible(timeout=60_000)
+        dialog.get_by_role("button", name="Confirm").click()
+        follow_run(page, base, instance, launched_run(instance, before, page, screenshots, log), log)
+        prepared = latest_out(instance, DEPLOYMENT_MANIFEST)[0]
+        manifest = manifest_of(prepared)
+        hosts = [host.id for host in manifest.hosts]
+        assert sorted(instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME)) == sorted(hosts)
+
+        # Install: a backfill of every host's partition, launched from the asset page and run by the daemon.
+        backfill_every_host(page, base, instance, hosts, screenshots, log)
+        assert_partitions_installed(page, base, hosts, screenshots)
+        for host in hosts:  # found the prepared run by lineage, installed it, and the host holds the marker
+            metadata = partition_metadata(host)
+            assert (metadata["outcome"], metadata["revision"]) == ("installed", manifest.revision), host
+            assert metadata["run_dir"] == str(prepared), host
+            installed = remote_dir(fleet, host, prepared) / "installed"
+            assert installed.read_bytes() == manifest.revision.encode() + b"\n", host
 
         # The Automation page lists every sensor and schedule of the definitions (and says so when there is none).
         page.goto(f"{base}/automation")
@@ -147,4 +272,5 @@ def test_operator_materializes_discovery_from_the_ui(
         page.screenshot(path=screenshots / "automation.png")
         page.close()
 
-    assert_nowhere([PASSWORD, *DESTINATIONS.values()], [checkout, workdir])
+    hosts_dirs = [remote_dir(fleet, host, prepared) for host in hosts]
+    assert_nowhere([PASSWORD, *DESTINATIONS.values()], [checkout, workdir, *hosts_dirs])
