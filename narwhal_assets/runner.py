@@ -108,8 +108,10 @@ def run_job(
     except Exception as exc:
         published = configset.PUBLISHED[published_before:]
         what = f"the config set of {published[-1]} was published" if published else "nothing was published"
+        failed = _run_failure(exc)  # the run's own failure (hosts, input), which storage could not record
         raise StorageError(
-            f"{job_name} stopped: {type(exc).__name__}: {_first_line(str(exc))}; {what}"
+            (f"{failed}\n" if failed else "")
+            + f"{job_name} stopped: {type(exc).__name__}: {_first_line(str(exc))}; {what}"
             + ("; recording it in Dagster storage failed, so its lineage is incomplete" if published else "")
         ) from None
 
@@ -137,6 +139,18 @@ class _TerminateOnSignals:
             sys.stderr.write(f"deploy-hosts {self.command}: interrupted by {name}; {state}\n")
             sys.stderr.flush()
             os._exit(EXIT_SIGNAL_BASE + signum)
+
+
+def _run_failure(exc: BaseException) -> NarwhalError | None:
+    """The NarwhalError that `exc` was raised while handling, if any (e.g. a host failure being recorded)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, NarwhalError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _first_line(text: str) -> str:

@@ -311,6 +311,7 @@ class Installer:
                 owner = _read_owner(where)
                 if _process_alive(owner):
                     raise GateFailure("lock", f"{LOCK} is held by {_describe_owner(owner)}") from None
+                self.discard_leftovers(owner)
                 shutil.rmtree(where, ignore_errors=True)
                 continue
             self.lock_taken = True
@@ -326,6 +327,19 @@ class Installer:
         if self.lock_taken:
             shutil.rmtree(self.path(LOCK), ignore_errors=True)
             self.lock_taken = False
+
+    def discard_leftovers(self, owner: dict | None) -> None:
+        """Remove what the dead owner of a stale lock left half-made: names ending in `.part-<its pid>`."""
+        pid = (owner or {}).get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            return
+        checkout = self.path(CHECKOUT)
+        places = {self.base} | {os.path.dirname(os.path.join(checkout, e["install_to"]))
+                                for e in self.files if e.get("install_to")}  # fmt: skip
+        for place in places:
+            with contextlib.suppress(OSError), os.scandir(place) as entries:
+                self.temps += [e.path for e in entries if e.name.endswith(f".part-{pid}")]
+        self.cleanup()
 
     def cleanup(self) -> None:
         for temp in self.temps:

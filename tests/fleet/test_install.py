@@ -30,6 +30,7 @@ import pexpect
 import pytest
 import test_discovery
 from test_discovery import DESTINATIONS, HOST_IDS, PASSWORD, assert_nowhere, cli, make_checkout, source_env
+from test_faults import GUARD, KEEPALIVE_LOST, gone, host_tool
 from test_prepare import git_checkout, set_env
 
 from narwhal_assets.cli import main
@@ -334,6 +335,90 @@ def test_killed_host_mid_install_leaves_no_marker_and_a_rerun_completes(
     assert rc == 0, out + err
     assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "installed"}
     assert (base / "installed").read_bytes() == manifest_of(prepared).revision.encode() + b"\n"
+
+
+def test_cut_link_mid_install_fails_that_host_by_keepalive_and_a_rerun_completes(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """h3's link goes down while its install command runs: the keep-alive window (1 s x 3), not the 600 s
+    command timeout, fails that host alone, in one line. The host cannot hear the close, so its installer
+    runs on until its guard sees the connection go (once the link is back) or it ends; either way it
+    leaves no marker, and its lock is released or stale, so the rerun installs h3 and reuses the others."""
+    monkeypatch.setenv("NARWHAL_SSH_ALIVE_INTERVAL", "1")
+    monkeypatch.setenv("NARWHAL_SSH_ALIVE_COUNT", "3")
+    home = fleet.host("h3").home
+    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
+    flag.touch()
+    result: dict[str, int] = {}
+    worker = threading.Thread(target=lambda: result.update(rc=main(["--root", str(discovered), "install", "--run",
+                                                                     str(prepared)])))  # fmt: skip
+    try:
+        worker.start()
+        wait_for(started.exists, "the slow install to start on h3")
+        fleet.cut_link("h3")
+        worker.join(timeout=300)
+        assert not worker.is_alive()
+    finally:
+        flag.unlink()
+        started.unlink(missing_ok=True)
+        fleet.restore_link("h3")
+    out, err = capsys.readouterr()
+    assert result["rc"] == 1, out + err
+    assert outcomes(out) == {"node-1": "installed", "node-2": "installed", "node-3": "failed"}
+    assert err.splitlines() == [f"deploy-hosts install: host node-3 failed at gate 'connection': host node-3 "
+                                f"({fleet.host('h3').address}:22): {KEEPALIVE_LOST}"]  # fmt: skip
+    base = remote_dir(fleet, "node-3", prepared)
+    assert not (base / "installed").exists()
+    assert not gone(fleet, "h3", SLOW_FLAG, GUARD, patience=300), "the cut-off installer never ended"
+    assert not (base / "installed").exists(), "the cut-off installer wrote the marker"
+
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 0, out + err
+    assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "installed"}
+    assert [partition_metadata(h)["bytes_sent"] for h in ("node-1", "node-2")] == [0, 0]
+    assert (base / "installed").read_bytes() == manifest_of(prepared).revision.encode() + b"\n"
+    assert not (base / ".install-lock").exists()
+    assert not [str(p) for p in base.rglob("*.part-*")], "temporary files were left behind"
+
+
+def test_killed_host_mid_clone_leaves_temporaries_that_the_rerun_removes(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """h3 dies (SIGKILL, sshd and every process) while its installer holds a half-made `checkout.part-<pid>`:
+    the host fails in one line, no marker; the rerun takes the stale lock over, removes what the dead
+    installer left and completes h3."""
+    started = fleet.host("h3").home / STARTED_FLAG
+    stall_after_clone = (f'#!/bin/sh\n/usr/bin/git "$@" || exit\n[ "$1" = clone ] || exit 0\n'
+                         f'touch "$HOME/{STARTED_FLAG}"\nexec sleep 3600\n')  # fmt: skip
+    result: dict[str, int] = {}
+    worker = threading.Thread(target=lambda: result.update(rc=main(["--root", str(discovered), "install", "--run",
+                                                                     str(prepared)])))  # fmt: skip
+    try:
+        with host_tool(fleet, "h3", "git", stall_after_clone):
+            worker.start()
+            wait_for(started.exists, "the clone on h3")
+            fleet.kill_sshd("h3")
+            worker.join(timeout=300)
+            assert not worker.is_alive()
+    finally:
+        started.unlink(missing_ok=True)
+        fleet.start_host("h3")
+    out, err = capsys.readouterr()
+    assert result["rc"] == 1, out + err
+    assert outcomes(out) == {"node-1": "installed", "node-2": "installed", "node-3": "failed"}
+    [line] = err.splitlines()
+    assert line.startswith("deploy-hosts install: host node-3 failed at gate 'connection': host node-3 ("), line
+    base = remote_dir(fleet, "node-3", prepared)
+    assert not (base / "installed").exists() and (base / ".install-lock").is_dir()
+    assert [p.name for p in base.glob("checkout.part-*")], "the dead installer's half-made checkout"
+
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 0, out + err
+    assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "installed"}
+    assert (base / "installed").read_bytes() == manifest_of(prepared).revision.encode() + b"\n"
+    assert not (base / ".install-lock").exists()
+    assert not [str(p) for p in base.rglob("*.part-*")], "temporary files were left behind"
 
 
 def test_role_shells_load_only_their_own_environment(
