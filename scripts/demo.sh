@@ -62,6 +62,8 @@ echo "== deploy-hosts install"
 "$deploy" --root "$checkout" install --run "$run"
 echo "== deploy-hosts install (again: everything verified and reused, nothing sent)"
 "$deploy" --root "$checkout" install --run "$run"
+echo "== deploy-hosts status (which deployment each host runs)"
+"$deploy" --root "$checkout" status
 echo "== deploy-hosts shell --run ... --role engine-2 --command ..."
 "$deploy" --root "$checkout" shell --run "$run" --role engine-2 \
   --command 'printf "engine-2 on %s: port %s, python %s\n" "$(hostname)" "$NARWHAL_ENGINE_PORT" "$(command -v python)"'
@@ -75,7 +77,8 @@ Where to look:
 Try (each works as printed, from any directory):
   $deploy --root $checkout plan
   $deploy --root $checkout check-access --role engine-2
-  $deploy --root $checkout shell --run $run --role router                # the router's role shell
+  $deploy --root $checkout status --json
+  $deploy --root $checkout shell --current --role router                 # the router's role shell
   $deploy --root $checkout shell --role engine-2                          # a shell on the password host
   cd $repo && NARWHAL_ROOT=$checkout DAGSTER_HOME=$DAGSTER_HOME .venv/bin/dagster dev -w workspace.yaml   # the UI
 Stop the simulated fleet with: bash $repo/scripts/demo.sh stop
