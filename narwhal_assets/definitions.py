@@ -7,7 +7,7 @@ import os
 import dagster as dg
 
 from narwhal_assets.assets.checks import checkpoint_replicas_agree, generated_files_private, known_hosts_cover_inventory
-from narwhal_assets.assets.deployment_status import live_deployment_matches_installed
+from narwhal_assets.assets.deployment_status import live_matches_installed
 from narwhal_assets.assets.discovery import discovered_config, host_discovery
 from narwhal_assets.assets.freshness import discovered_set_fresh, discovery_freshness_sensor
 from narwhal_assets.assets.install import host_installation, install_job
@@ -31,7 +31,7 @@ ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     discovered_set_fresh,
     installed_from_latest_manifest,
     *PREPARE_CHECKS,
-    live_deployment_matches_installed,
+    live_matches_installed,
 ]
 SENSORS = [inventory_sensor, rediscovery_sensor, discovery_freshness_sensor, installation_outdated_sensor]
 SCHEDULES = [weekly_full_rehash, reverify_installed_hosts]

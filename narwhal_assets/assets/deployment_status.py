@@ -2,7 +2,7 @@
 
 `status` records, per reachable host, a runless `AssetObservation` on the host's partition (live deployment,
 its revision and state, a table of every directory there), so the UI shows each host's live revision beside
-its last materialization. `live_deployment_matches_installed` compares the two per partition (the rule is
+its last materialization. `live_matches_installed` compares the two per partition (the rule is
 `core.live_deployments.drifting`) and fails naming each drifting host, with a table of revisions per host;
 `status` reports its evaluation runless too, so it needs no run.
 """
@@ -14,7 +14,7 @@ from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.core.live_deployments import Recorded, drifting
 from narwhal_assets.deployments import HostStatus
 
-CHECK_NAME = "live_deployment_matches_installed"
+CHECK_NAME = "live_matches_installed"
 LIVE_KEY = "live_deployment_id"
 SCAN = 50  # observations read per host to find the newest status one (failed installs observe too)
 DIRECTORY_COLUMNS = ["deployment_id", "state", "revision", "check", "current"]
@@ -109,6 +109,6 @@ def record_statuses(
     name=CHECK_NAME,
     description="Each host's live deployment (deploy-hosts status) is the one last installed there",
 )
-def live_deployment_matches_installed(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+def live_matches_installed(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     _, found = evaluate_drift(context.instance, context.instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
     return dg.AssetCheckResult(passed=found.passed, description=found.description, metadata=found.metadata)

@@ -90,7 +90,7 @@ def partition_events(host_id: str) -> list[dict[str, object]]:
 
 def latest_check() -> dg.AssetCheckEvaluation:
     with dg.DagsterInstance.get() as instance:
-        key = dg.AssetCheckKey(INSTALLATION, "live_deployment_matches_installed")
+        key = dg.AssetCheckKey(INSTALLATION, "live_matches_installed")
         record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
     assert record is not None and record.event is not None
     evaluation = record.event.dagster_event.event_specific_data

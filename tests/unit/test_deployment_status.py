@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from narwhal_assets.assets.deployment_status import live_deployment_matches_installed, record_statuses
+from narwhal_assets.assets.deployment_status import live_matches_installed, record_statuses
 from narwhal_assets.assets.install import INSTALLATION
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.deployments import HostStatus
@@ -38,11 +38,11 @@ def test_a_newer_observation_of_another_deployment_fails_the_check_naming_the_ho
         ).records
         assert observed.asset_observation is not None
         assert observed.asset_observation.metadata["live_revision"].value == "b" * 40
-        result = live_deployment_matches_installed(dg.build_asset_check_context(instance=instance))
+        result = live_matches_installed(dg.build_asset_check_context(instance=instance))
         assert isinstance(result, dg.AssetCheckResult) and not result.passed
         assert result.description is not None and "node-2" in result.description
 
         installed(instance, "node-2", B)  # a rollback or install after the observation: no longer drift
-        result = live_deployment_matches_installed(dg.build_asset_check_context(instance=instance))
+        result = live_matches_installed(dg.build_asset_check_context(instance=instance))
         assert isinstance(result, dg.AssetCheckResult) and result.passed
         assert record_statuses(instance, [live("node-2", None)])[0] == ["node-2"], "no current at all is drift"
