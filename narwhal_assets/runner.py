@@ -9,20 +9,17 @@ let finish (it takes milliseconds), so the operator is told exactly whether a ne
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import sqlite3
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import dagster as dg
-from dagster._core.storage.event_log import SqliteEventLogStorage
 
 from narwhal_assets import configset
 from narwhal_assets.core.errors import NarwhalError
@@ -100,7 +97,7 @@ def run_job(
             outcome.set_exception(exc)
 
     worker = threading.Thread(target=execute, name=f"narwhal-{job_name}", daemon=True)
-    with _TerminateOnSignals(command), _event_index_kept_open(instance):
+    with _TerminateOnSignals(command):
         worker.start()
         while not outcome.done():
             worker.join(timeout=0.2)
@@ -115,30 +112,6 @@ def run_job(
             f"{job_name} stopped: {type(exc).__name__}: {_first_line(str(exc))}; {what}"
             + ("; recording it in Dagster storage failed, so its lineage is incomplete" if published else "")
         ) from None
-
-
-@contextlib.contextmanager
-def _event_index_kept_open(instance: dg.DagsterInstance) -> Iterator[None]:
-    """Hold one idle connection on the embedded SQLite event index while a run writes to it.
-
-    Dagster opens and closes a connection for every event it stores; in WAL mode the last connection to
-    close copies the log into the database and deletes it (two more fsyncs), and the next one starts a new
-    log. While this connection is open no other close is the last, so the copy happens once, when this one
-    closes (a 32-host discovery: 64 fsyncs on the index instead of 248). Commits are as durable as before.
-    The per-run database is left alone: the UI watches that file for new events. No-op for PostgreSQL.
-    """
-    storage = instance.event_log_storage
-    if not isinstance(storage, SqliteEventLogStorage):
-        yield
-        return
-    with storage.index_connection():  # creates the index on a new instance
-        pass
-    connection = sqlite3.connect(storage.path_for_shard("index"))
-    try:
-        connection.execute("SELECT count(*) FROM sqlite_master").fetchall()  # maps the WAL index; no lock kept
-        yield
-    finally:
-        connection.close()
 
 
 class _TerminateOnSignals:
