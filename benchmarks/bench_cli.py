@@ -4,6 +4,12 @@ Baselines measured in the same run (printed, never asserted):
 - start-up against `python -c "import dagster"` (target: `--help` and `plan` under half of it);
 - `deploy-hosts discover` on N simulated hosts (a new process, as an operator runs it) against the floor of
   N parallel `ssh host 'python3 -c pass'` over the same fleet (target <= 1.5x).
+The breakdown that follows says where the rest goes, each part measured the same way (best of --repeat):
+the project's own transport running `python3 -c pass` on every host, the discovery probes alone
+(`inspect_hosts`, no Dagster), the whole `discovery_job` in this already warm process, and importing the
+code location in a new process; "workstation cpu" is this process's and its children's CPU seconds. The
+fleet's hosts share this machine's CPUs, so host-side work (the probe and the tools it runs, which the
+floor does not) competes with the workstation here, as it would not on a real fleet.
 Needs root for the fleet part (network namespaces and real sshd); `--startup-only` skips it.
 
     .venv/bin/python benchmarks/bench_cli.py [--hosts 32] [--repeat 3] [--startup-only]
@@ -12,7 +18,10 @@ Needs root for the fleet part (network namespaces and real sshd); `--startup-onl
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -20,10 +29,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from narwhal_assets.checkout import Checkout
+from narwhal_assets.cli import main as deploy_hosts
+from narwhal_assets.discovery import DiscoveryRun, inspect_hosts, new_run_dir, operator_settings
 from narwhal_assets.fleetsim import SimFleet
 from narwhal_assets.fleetsim.client import FleetSsh
+from narwhal_assets.ssh.access import host_accesses, make_connector
+from narwhal_assets.ssh.trust import TrustMode
 
 DEPLOY = [sys.executable, "-m", "narwhal_assets"]
+IMPORT_DEFINITIONS = "import narwhal_assets.definitions"
 ENGINE_ENV = [
     "NARWHAL_ENGINE_MODEL_NAME=bench",
     "NARWHAL_MODEL_DIR=/srv/models/bench",
@@ -33,12 +48,24 @@ ENGINE_ENV = [
 
 
 def best_of(repeat: int, action: Callable[[], None]) -> float:
-    best = float("inf")
+    return timed(repeat, action)[0]
+
+
+def timed(repeat: int, action: Callable[[], None]) -> tuple[float, float]:
+    """Best wall seconds of `repeat` runs, and the workstation CPU seconds of that run."""
+    best = (float("inf"), 0.0)
     for _ in range(repeat):
+        cpu = _cpu_seconds()
         started = time.perf_counter()
         action()
-        best = min(best, time.perf_counter() - started)
+        wall = time.perf_counter() - started
+        best = min(best, (wall, _cpu_seconds() - cpu))
     return best
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def run(argv: list[str], **kwargs: object) -> None:
@@ -85,12 +112,48 @@ def end_to_end(workdir: Path, hosts: int, repeat: int) -> None:
         env_home = {"DAGSTER_HOME": str(root / "runs" / "dagster")}
         discover = [*DEPLOY, "--root", str(root), "discover"]
         run(discover, env={**_env(), **env_home})  # first run enrols and hashes
-        floor_s = best_of(repeat, floor)
-        discover_s = best_of(repeat, lambda: run(discover, env={**_env(), **env_home}))
-    print(f"{hosts} hosts (best of {repeat})".ljust(34) + f"{'seconds':>10}{'/ ssh floor':>18}")
-    print(f"{'parallel ssh python3 -c pass':<34}{floor_s:>10.2f}{1.0:>18.2f}")
-    print(f"{'deploy-hosts discover':<34}{discover_s:>10.2f}{discover_s / floor_s:>18.2f}")
-    print("target: discover <= 1.5x the ssh floor")
+        parts = breakdown(root, repeat)
+        floor_s = timed(repeat, floor)
+        discover_s = timed(repeat, lambda: run(discover, env={**_env(), **env_home}))
+    header = f"{hosts} hosts (best of {repeat})"
+    print(f"{header:<34}{'seconds':>10}{'/ ssh floor':>18}{'workstation cpu s':>20}")
+    for name, (wall, cpu) in [("parallel ssh python3 -c pass", floor_s), ("deploy-hosts discover", discover_s)]:
+        print(f"{name:<34}{wall:>10.2f}{wall / floor_s[0]:>18.2f}{cpu:>20.2f}")
+    print("target: discover <= 1.5x the ssh floor\nwhere it goes:")
+    for name, (wall, cpu) in parts.items():
+        print(f"  {name:<32}{wall:>10.2f}{wall / floor_s[0]:>18.2f}{cpu:>20.2f}")
+    print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at the end)")
+
+
+def breakdown(root: Path, repeat: int) -> dict[str, tuple[float, float]]:
+    """The parts of a discovery, each measured on its own (see the module docstring)."""
+    os.environ["DAGSTER_HOME"] = str(root / "runs" / "dagster")
+    opened = Checkout.open(root)
+    settings, inventory = operator_settings(opened.settings), opened.inventory
+    accesses = host_accesses(settings, inventory.hosts)
+
+    def transport() -> None:
+        connector = make_connector(settings, TrustMode.STRICT)
+        results = connector.map_hosts(accesses, lambda c: c.run("python3 -c pass", timeout=60).rc)
+        if any(r != 0 for r in results.values()):
+            raise SystemExit(f"transport floor failed: {results}")
+
+    def probes() -> None:
+        connector = make_connector(settings, TrustMode.STRICT)
+        inspect_hosts(settings, inventory, connector, DiscoveryRun(new_run_dir(settings)), {})
+
+    def job() -> None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if deploy_hosts(["--root", str(root), "discover"]) != 0:
+                raise SystemExit("in-process discovery failed")
+
+    job()  # warm: imports and first-use costs belong to the import line below
+    return {
+        "transport python3 -c pass": timed(repeat, transport),
+        "probes only (inspect_hosts)": timed(repeat, probes),
+        "discovery_job in a warm process": timed(repeat, job),
+        "import the code location": timed(repeat, lambda: run([sys.executable, "-c", IMPORT_DEFINITIONS])),
+    }
 
 
 def _env() -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -177,9 +178,15 @@ def inspect_hosts(
                 ) from None
             raise HostFailure(str(exc)) from None
         observation, digests, log = parsed
+        # Saved here, while other hosts are still answering, not one after another once all have.
         _write_log(run, entry.id, render_command_log(log), result.stderr)
+        write_private(run.run_dir / f"{entry.id}.json", render_json(observation))
+        with checkpoint_lock:  # hosts with the same model share one table object
+            for engine, digest in digests.items():
+                save_checkpoint(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), digest)
         return observation, digests
 
+    checkpoint_lock = threading.Lock()
     outcomes = connector.map_hosts(host_accesses(settings, inventory.hosts), probe)
     failures: list[NarwhalError] = []
     for host_id, outcome in outcomes.items():
@@ -188,10 +195,7 @@ def inspect_hosts(
             continue
         observation, digests = outcome
         run.observations[host_id] = observation
-        write_private(run.run_dir / f"{host_id}.json", render_json(observation))
-        for engine, digest in digests.items():
-            run.checkpoints[engine] = digest
-            save_checkpoint(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), digest)
+        run.checkpoints.update(digests)
     raise_together(failures)
     compare_replicas(run.checkpoints)
     return run

@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast 
 EXIT_FAILED = 1
 COMMAND = "install"
 DEFAULT_PARALLEL = 8
+# The packages dagster.yaml names for its storage classes: a worker would import them lazily to open the instance.
+DAGSTER_STORAGE = ["dagster._core.storage.event_log", "dagster._core.storage.runs", "dagster._core.storage.schedules"]
 
 
 def run_host(root: Path, run_dir: Path, host_id: str, mode: Mode = "install", command: str = COMMAND) -> HostOutcome:
@@ -62,10 +64,10 @@ def run_host_in_worker(
 
 
 def workers(count: int) -> ProcessPoolExecutor:
-    """Worker processes forked from a server that imported this module once (cheap per host, no inherited
-    threads or open storage from the caller)."""
+    """Worker processes forked from a server that imported this module, the code location and Dagster's storage
+    (~0.7 s of CPU, 460 modules) once: cheap per host, no inherited threads or open storage from the caller."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__, "narwhal_assets.definitions"])
+    context.set_forkserver_preload([__name__, "narwhal_assets.definitions", *DAGSTER_STORAGE])
     return ProcessPoolExecutor(max_workers=count, mp_context=context)
 
 

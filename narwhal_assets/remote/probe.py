@@ -19,7 +19,6 @@ import heapq
 import json
 import operator
 import os
-import platform
 import selectors
 import stat
 import struct
@@ -785,7 +784,7 @@ def build_document(raw_params: Any) -> dict[str, Any]:
     document = {
         "schema": PROBE_SCHEMA,
         "schema_version": PROBE_SCHEMA_VERSION,
-        "python": platform.python_version(),
+        "python": sys.version.split()[0],  # what platform.python_version() says, without importing it
         "tools": probe.tools,
         "errors": probe.errors,
         "log": probe.log,
