@@ -22,9 +22,11 @@ from test_discovery import DESTINATIONS, PASSWORD, assert_nowhere
 from test_install import OFFLINE_CHECK, OFFLINE_INSTALL, manifest_of, partition_metadata, remote_dir
 from test_prepare import git_checkout, set_env
 
+from narwhal_assets.assets.deployment_status import CHECK_NAME as LIVE_CHECK
 from narwhal_assets.assets.install import INSTALLATION
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.assets.prepare import DEPLOYMENT_MANIFEST, latest_out
+from narwhal_assets.cli import main
 from narwhal_assets.core.envfile import shell_quote
 from narwhal_assets.definitions import defs
 from narwhal_assets.fleetsim import SimFleet
@@ -261,6 +263,13 @@ def test_operator_discovers_prepares_and_installs_from_the_ui(
             assert metadata["run_dir"] == str(prepared), host
             installed = remote_dir(fleet, host, prepared) / "installed"
             assert installed.read_bytes() == manifest.revision.encode() + b"\n", host
+
+        # `deploy-hosts status` records each host's live deployment; the asset page shows the revisions per host.
+        assert main(["--root", str(checkout), "status"]) == 0
+        page.goto(f"{base}/assets/{INSTALLATION.to_user_string()}?view=checks")
+        page.get_by_text(LIVE_CHECK, exact=True).first.click()
+        expect(page.get_by_text(manifest.revision).first).to_be_visible(timeout=60_000)
+        page.screenshot(path=screenshots / "live-revisions.png")
 
         # The Automation page lists every sensor and schedule of the definitions (and says so when there is none).
         page.goto(f"{base}/automation")
