@@ -9,6 +9,7 @@ its last materialization. `live_matches_installed` compares the two per partitio
 
 import dagster as dg
 
+from narwhal_assets.assets.evaluations import as_result
 from narwhal_assets.assets.install import INSTALLATION
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.core.live_deployments import Recorded, drifting
@@ -111,4 +112,4 @@ def record_statuses(
 )
 def live_matches_installed(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     _, found = evaluate_drift(context.instance, context.instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
-    return dg.AssetCheckResult(passed=found.passed, description=found.description, metadata=found.metadata)
+    return as_result(found)

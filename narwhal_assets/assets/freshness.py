@@ -9,6 +9,7 @@ import time
 import dagster as dg
 
 from narwhal_assets.assets.discovery import OBSERVATIONS
+from narwhal_assets.assets.evaluations import as_result
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.settings import Settings
 from narwhal_assets.core.watch import parse_duration
@@ -57,8 +58,7 @@ def _evaluation(passed: bool, description: str, metadata: dict[str, object]) -> 
 )
 def discovered_set_fresh(context: dg.AssetCheckExecutionContext, checkout: ManagementCheckout) -> dg.AssetCheckResult:
     found = evaluate_freshness(context.instance, checkout, time.time())
-    return dg.AssetCheckResult(passed=found.passed, description=found.description, metadata=found.metadata,
-                               severity=found.severity)  # fmt: skip
+    return as_result(found)
 
 
 @dg.sensor(name="discovery_freshness_sensor", minimum_interval_seconds=SENSOR_TICK_S,

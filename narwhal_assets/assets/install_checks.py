@@ -13,6 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from narwhal_assets.assets.evaluations import as_result
 from narwhal_assets.assets.install import INSTALLATION, OUTDATED_CHECK
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.assets.prepare import DEPLOYMENT_MANIFEST
@@ -109,8 +110,7 @@ def _evaluation(passed: bool, description: str, metadata: Mapping[str, object]) 
 )
 def installed_from_latest_manifest(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     found = evaluate_installed(context.instance)
-    return dg.AssetCheckResult(passed=found.passed, description=found.description, metadata=found.metadata,
-                               severity=found.severity)  # fmt: skip
+    return as_result(found)
 
 
 @dg.sensor(name="installation_outdated_sensor", minimum_interval_seconds=SENSOR_TICK_S,

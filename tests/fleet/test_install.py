@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -306,9 +306,10 @@ def test_changed_destination_or_prepared_file_refuses_before_any_connection(
     assert not (prepared / "logs").exists()
 
 
-def test_killed_host_mid_install_leaves_no_marker_and_a_rerun_completes(
-    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
-) -> None:
+def install_while_h3_fails(
+    discovered: Path, prepared: Path, fleet: SimFleet, fault: Callable[[], None], repair: Callable[[], None]
+) -> int:
+    """`deploy-hosts install` with `fault()` striking h3 once its slow install command runs; `repair()` after."""
     home = fleet.host("h3").home
     flag, started = home / SLOW_FLAG, home / STARTED_FLAG
     flag.touch()
@@ -318,15 +319,23 @@ def test_killed_host_mid_install_leaves_no_marker_and_a_rerun_completes(
     try:
         worker.start()
         wait_for(started.exists, "the slow install to start on h3")
-        fleet.kill_sshd("h3")
+        fault()
         worker.join(timeout=300)
         assert not worker.is_alive()
     finally:
         flag.unlink()
         started.unlink(missing_ok=True)
-        fleet.start_host("h3")
+        repair()
+    return result["rc"]
+
+
+def test_killed_host_mid_install_leaves_no_marker_and_a_rerun_completes(
+    discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = install_while_h3_fails(discovered, prepared, fleet, lambda: fleet.kill_sshd("h3"),
+                                lambda: fleet.start_host("h3"))  # fmt: skip
     out, err = capsys.readouterr()
-    assert result["rc"] == 1, out + err
+    assert rc == 1, out + err
     assert outcomes(out) == {"node-1": "installed", "node-2": "installed", "node-3": "failed"}
     base = remote_dir(fleet, "node-3", prepared)
     assert not (base / "installed").exists()
@@ -347,24 +356,10 @@ def test_cut_link_mid_install_fails_that_host_by_keepalive_and_a_rerun_completes
     leaves no marker, and its lock is released or stale, so the rerun installs h3 and reuses the others."""
     monkeypatch.setenv("NARWHAL_SSH_ALIVE_INTERVAL", "1")
     monkeypatch.setenv("NARWHAL_SSH_ALIVE_COUNT", "3")
-    home = fleet.host("h3").home
-    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
-    flag.touch()
-    result: dict[str, int] = {}
-    worker = threading.Thread(target=lambda: result.update(rc=main(["--root", str(discovered), "install", "--run",
-                                                                     str(prepared)])))  # fmt: skip
-    try:
-        worker.start()
-        wait_for(started.exists, "the slow install to start on h3")
-        fleet.cut_link("h3")
-        worker.join(timeout=300)
-        assert not worker.is_alive()
-    finally:
-        flag.unlink()
-        started.unlink(missing_ok=True)
-        fleet.restore_link("h3")
+    rc = install_while_h3_fails(discovered, prepared, fleet, lambda: fleet.cut_link("h3"),
+                                lambda: fleet.restore_link("h3"))  # fmt: skip
     out, err = capsys.readouterr()
-    assert result["rc"] == 1, out + err
+    assert rc == 1, out + err
     assert outcomes(out) == {"node-1": "installed", "node-2": "installed", "node-3": "failed"}
     assert err.splitlines() == [f"deploy-hosts install: host node-3 failed at gate 'connection': host node-3 "
                                 f"({fleet.host('h3').address}:22): {KEEPALIVE_LOST}"]  # fmt: skip
