@@ -15,8 +15,9 @@ import dagster as dg
 
 from narwhal_assets.assets.evaluations import as_result
 from narwhal_assets.assets.install import INSTALLATION, OUTDATED_CHECK
+from narwhal_assets.assets.lineage import latest_metadata
 from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
-from narwhal_assets.assets.prepare import DEPLOYMENT_MANIFEST
+from narwhal_assets.assets.prepare import DEPLOYMENT_MANIFEST, PREPARE_COMMAND
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.installed import CURRENT, HostState, Installed, compare_installed
 
@@ -36,10 +37,7 @@ class LatestManifest:
 
 def latest_manifest(instance: dg.DagsterInstance) -> LatestManifest:
     """Raises NarwhalError when nothing was prepared (or the materialization lacks the fields)."""
-    event = instance.get_latest_materialization_event(DEPLOYMENT_MANIFEST)
-    if event is None or event.asset_materialization is None:
-        raise NarwhalError("deployment_manifest has never been materialized; run `deploy-hosts prepare`")
-    metadata = event.asset_materialization.metadata
+    metadata = latest_metadata(instance, DEPLOYMENT_MANIFEST, PREPARE_COMMAND)
     try:
         return LatestManifest(Path(str(metadata["out"].value)), str(metadata["deployment_id"].value),
                               str(metadata["revision"].value))  # fmt: skip

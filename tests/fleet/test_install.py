@@ -329,6 +329,16 @@ def install_while_h3_fails(
     return result["rc"]
 
 
+def assert_rerun_completes_h3(discovered: Path, prepared: Path, base: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rerun after h3 failed mid-install: the others reused, h3 installed, no lock or temporary left in `base`."""
+    rc, out, err = install(discovered, prepared, capsys)
+    assert rc == 0, out + err
+    assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "installed"}
+    assert (base / "installed").read_bytes() == manifest_of(prepared).revision.encode() + b"\n"
+    assert not (base / ".install-lock").exists()
+    assert not [str(p) for p in base.rglob("*.part-*")], "temporary files were left behind"
+
+
 def test_killed_host_mid_install_leaves_no_marker_and_a_rerun_completes(
     discovered: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -368,13 +378,8 @@ def test_cut_link_mid_install_fails_that_host_by_keepalive_and_a_rerun_completes
     assert not gone(fleet, "h3", SLOW_FLAG, GUARD, patience=300), "the cut-off installer never ended"
     assert not (base / "installed").exists(), "the cut-off installer wrote the marker"
 
-    rc, out, err = install(discovered, prepared, capsys)
-    assert rc == 0, out + err
-    assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "installed"}
+    assert_rerun_completes_h3(discovered, prepared, base, capsys)
     assert [partition_metadata(h)["bytes_sent"] for h in ("node-1", "node-2")] == [0, 0]
-    assert (base / "installed").read_bytes() == manifest_of(prepared).revision.encode() + b"\n"
-    assert not (base / ".install-lock").exists()
-    assert not [str(p) for p in base.rglob("*.part-*")], "temporary files were left behind"
 
 
 def test_killed_host_mid_clone_leaves_temporaries_that_the_rerun_removes(
@@ -408,12 +413,7 @@ def test_killed_host_mid_clone_leaves_temporaries_that_the_rerun_removes(
     assert not (base / "installed").exists() and (base / ".install-lock").is_dir()
     assert [p.name for p in base.glob("checkout.part-*")], "the dead installer's half-made checkout"
 
-    rc, out, err = install(discovered, prepared, capsys)
-    assert rc == 0, out + err
-    assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "installed"}
-    assert (base / "installed").read_bytes() == manifest_of(prepared).revision.encode() + b"\n"
-    assert not (base / ".install-lock").exists()
-    assert not [str(p) for p in base.rglob("*.part-*")], "temporary files were left behind"
+    assert_rerun_completes_h3(discovered, prepared, base, capsys)
 
 
 def test_role_shells_load_only_their_own_environment(
