@@ -576,14 +576,16 @@ def _boot_id() -> str:
 
 
 def _start_ticks(pid: int) -> str:
-    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat), "" when unknown."""
+    """The process start time in clock ticks since boot (field 22 of /proc/PID/stat); "" when it is gone or
+    unknown. A zombie is gone: it has exited and holds nothing, though its parent (a killed sshd session
+    reparented to an init that is slow to reap) may leave its /proc entry for a while."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             text = handle.read(4096).decode("ascii", "replace")
     except OSError:
         return ""
     fields = text.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else ""
+    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else ""
 
 
 def _read_owner(lock_dir: str) -> dict | None:

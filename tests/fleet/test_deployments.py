@@ -240,7 +240,7 @@ def test_status_rollback_and_prune_across_two_runs(
     assert rc == 0, out + err
     for host_id in HOST_IDS.values():
         kept = current(fleet, host_id)
-        assert sorted(p.name for p in home(fleet, host_id).iterdir()) == sorted(["current", kept])
+        assert sorted(p.name for p in home(fleet, host_id).iterdir()) == sorted(["current", kept]), out
     assert (current(fleet, "node-1"), current(fleet, "node-2")) == (id_a, id_b)
     assert not unused.exists() and run_a.is_dir() and run_b.is_dir()
     assert PASSWORD not in out + err

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,15 +98,25 @@ def test_install_commit_then_reuse_receives_nothing(host: Host) -> None:
                                                         ["status", "--porcelain", "--untracked-files=no"]]  # fmt: skip
 
 
-def test_a_held_lock_names_its_owner_and_a_dead_owners_lock_is_taken_over(host: Host) -> None:
+def proc_stat(pid: int) -> list[str]:
+    """/proc/PID/stat after the `(comm)`: [0] the state, [19] the start time."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def lock_held_by(host: Host, pid: int) -> Path:
+    """`.install-lock` with the owner record an installer running as `pid` would have written."""
     lock = host.base / ".install-lock"
     lock.mkdir(parents=True)
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    owner = {"pid": pid, "start": proc_stat(pid)[19], "boot": boot, "since": "2026-12-01T00:00:00Z", "by": "ci job 7"}
+    (lock / "owner.json").write_text(json.dumps(owner))
+    return lock
+
+
+def test_a_held_lock_names_its_owner_and_a_dead_owners_lock_is_taken_over(host: Host) -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        start = Path(f"/proc/{sleeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        owner = {"pid": sleeper.pid, "start": start, "boot": boot, "since": "2026-12-01T00:00:00Z", "by": "ci job 7"}
-        (lock / "owner.json").write_text(json.dumps(owner))
+        lock = lock_held_by(host, sleeper.pid)
         report = host.call("install", send=[])
         assert (report.outcome, report.gate) == ("failed", "lock")
         assert report.message == f".install-lock is held by ci job 7 (pid {sleeper.pid}) since 2026-12-01T00:00:00Z"
@@ -114,6 +125,22 @@ def test_a_held_lock_names_its_owner_and_a_dead_owners_lock_is_taken_over(host: 
         sleeper.wait()
     assert lock.is_dir(), "a held lock is never removed by the host that found it"
     assert host.install().outcome == "installed", "the owner process is gone: its lock is stale"
+
+
+def test_a_lock_whose_owner_is_a_zombie_is_stale(host: Host) -> None:
+    """A killed installer whose parent (the sshd session, killed with it) is not reaped yet stays a zombie with
+    its pid and start time in /proc for a while: it has exited, so `status` and the next install treat its
+    lock as stale."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        lock_held_by(host, sleeper.pid)
+        sleeper.kill()
+        while proc_stat(sleeper.pid)[0] != "Z":  # killed, not reaped: this test is its parent
+            time.sleep(0.01)
+        assert host.call("status", remote_base="Narwhal-deploy").deployments[0].state == "incomplete"
+        assert host.install().outcome == "installed"
+    finally:
+        sleeper.wait()
 
 
 def test_a_lock_without_owner_information_holds(host: Host) -> None:
