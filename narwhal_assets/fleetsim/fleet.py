@@ -340,11 +340,12 @@ class SimFleet:
         self._record("paths", "ssh_config")
         system.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fleetsim-{self.prefix}",
                     "-f", str(self.client_key_path)])  # fmt: skip
-        mgmt, fabric = network.pick_subnets(2)
-        net = FleetNetwork(self.prefix, mgmt, fabric)
-        self._record("links", net.sink)
-        self._record("links", net.bridge)
-        net.create_fleet_links()
+        with system.network_claim_lock():
+            mgmt, fabric = network.pick_subnets(2)
+            net = FleetNetwork(self.prefix, mgmt, fabric)
+            self._record("links", net.sink)
+            self._record("links", net.bridge)
+            net.create_fleet_links()
         net.check_unshared()
         return net
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import pwd
 import random
@@ -17,7 +18,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
@@ -28,6 +29,21 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 class FleetError(RuntimeError):
     """A simulated-fleet operation failed; the message names the command or resource."""
+
+
+NETWORK_LOCK = Path("/run/lock/narwhal-fleetsim-network.lock")
+
+
+@contextlib.contextmanager
+def network_claim_lock() -> Iterator[None]:
+    """Held while a fleet picks its free subnets and routes them, so parallel test workers never pick alike."""
+    NETWORK_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(NETWORK_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def missing_prerequisites() -> list[str]:
@@ -217,8 +233,17 @@ def signal_and_wait(pids: Iterable[int], sig: int = signal.SIGKILL, seconds: flo
 
 
 def kill_host_processes(net_inodes: set[int], uids: set[int], seconds: float = 10.0) -> None:
-    """SIGKILL whole hosts, rescanning so that children forked meanwhile die too."""
+    """SIGKILL whole hosts as a power cut would: every process is frozen first (SIGSTOP, rescanning for
+    children forked meanwhile), so none sees another die and cleans up, then all get SIGKILL."""
     deadline = time.monotonic() + seconds
+    stopped: set[int] = set()
+    while new := [pid for pid in host_processes(net_inodes, uids) if pid not in stopped]:
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped.update(new)
+        if time.monotonic() > deadline:
+            raise FleetError(f"processes kept forking while being stopped: {sorted(new)}")
     while pids := host_processes(net_inodes, uids):
         left = signal_and_wait(pids, signal.SIGKILL, max(0.1, deadline - time.monotonic()))
         if time.monotonic() > deadline:
