@@ -202,12 +202,12 @@ def host_processes(net_inodes: set[int], uids: set[int]) -> list[int]:
             owned = os.stat(f"/proc/{pid}").st_uid in uids
         except OSError:
             continue
-        if (in_netns or owned) and pid != os.getpid() and _alive(pid):
+        if (in_netns or owned) and pid != os.getpid() and is_running(pid):
             found.append(pid)
     return found
 
 
-def _alive(pid: int) -> bool:
+def is_running(pid: int) -> bool:
     """True unless the process is gone or a zombie (reaped here when it is our own child)."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
@@ -226,7 +226,7 @@ def signal_and_wait(pids: Iterable[int], sig: int = signal.SIGKILL, seconds: flo
             os.kill(pid, sig)
     deadline = time.monotonic() + seconds
     while pending and time.monotonic() < deadline:
-        pending = [pid for pid in pending if _alive(pid)]
+        pending = [pid for pid in pending if is_running(pid)]
         if pending:
             time.sleep(0.02)
     return pending

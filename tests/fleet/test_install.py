@@ -35,7 +35,7 @@ from test_prepare import git_checkout, set_env
 
 from narwhal_assets.cli import main
 from narwhal_assets.core.manifest import DeploymentManifest
-from narwhal_assets.fleetsim import SimFleet
+from narwhal_assets.fleetsim import SimFleet, system
 
 # The discovery tests' module-scoped fleet and ssh config, as fixtures of this module too.
 fleet = test_discovery.fleet
@@ -306,14 +306,6 @@ def test_changed_destination_or_prepared_file_refuses_before_any_connection(
     assert not (prepared / "logs").exists()
 
 
-def running(pid: int) -> bool:
-    """Whether `pid` is a live (not zombie) process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def install_while_h3_fails(
     discovered: Path, prepared: Path, fleet: SimFleet, fault: Callable[[], None], repair: Callable[[], None]
 ) -> int:
@@ -360,7 +352,7 @@ def test_killed_host_mid_install_leaves_no_marker_and_a_rerun_completes(
     lock = base / ".install-lock"
     if lock.is_dir():  # SIGKILL leaves it behind (under load the installer may see its session close first)
         owner = json.loads((lock / "owner.json").read_text())
-        assert not running(owner["pid"]), "the lock's owner still runs on a killed host"
+        assert not system.is_running(owner["pid"]), "the lock's owner still runs on a killed host"
     rc, out, err = install(discovered, prepared, capsys)
     assert rc == 0, out + err
     assert outcomes(out) == {"node-1": "reused", "node-2": "reused", "node-3": "installed"}
