@@ -1,49 +1,54 @@
-#!/usr/bin/python3
+#!/usr/bin/python3 -IS
 """Fake `docker` installed as /usr/local/bin/docker on one simulated host.
 
 `hardware.render_tool` copies this file into the host's private bin directory with CONFIG replaced by
-that host's images. `image inspect` prints what the real CLI prints (the shape of Docker 28 output,
+that host's images (`hardware.docker_config`: each image's inspect object and its JSON text, rendered once
+on the workstation). `image inspect` prints what the real CLI prints (the shape of Docker 28 output,
 including the `[]` plus daemon error for a missing image); `run` records its argv as one JSON line in
 `~/.fake-docker-runs.jsonl` so launcher tests can read what would have been started.
 Standard library only: it runs under the host's system python3, not the workstation virtualenv.
+Every probe runs it, and on the simulated fleet all hosts share the workstation's CPUs, so it starts
+isolated (`-IS`) and imports `json` and `re` only on the paths that need them: the probe's plain
+`image inspect` needs neither.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 import sys
-import time
-from typing import Any
 
-CONFIG: dict[str, Any] = {"images": []}  # fleetsim: host config
+TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing`
+if TYPE_CHECKING:
+    from typing import Any
+
+CONFIG: dict[str, Any] = {"images": [], "inspect_json": []}  # fleetsim: host config
 
 VERSION_LINE = "Docker version 28.2.2, build e6534b4"
 NO_SUCH_IMAGE = "Error response from daemon: No such image: {ref}"
 RUNS_FILE = ".fake-docker-runs.jsonl"
-_FIELD_TEMPLATE = re.compile(r"\{\{\s*(json\s+)?\.([A-Za-z]*)\s*\}\}")
-_INDEX_TEMPLATE = re.compile(r"\{\{\s*index\s+\.([A-Za-z]+)\s+([0-9]+)\s*\}\}")
+FIELD_TEMPLATE = r"\{\{\s*(json\s+)?\.([A-Za-z]*)\s*\}\}"
+INDEX_TEMPLATE = r"\{\{\s*index\s+\.([A-Za-z]+)\s+([0-9]+)\s*\}\}"
+HEX = frozenset("0123456789abcdef")
 
 Result = tuple[int, str, str]
 
 
 def familiar(ref: str) -> str:
     """The daemon names a tagless, digestless reference `name:latest` in its errors, as docker does."""
-    if ref.startswith("sha256:") or "@" in ref or re.fullmatch(r"[0-9a-f]{12,64}", ref):
+    if ref.startswith("sha256:") or "@" in ref or (12 <= len(ref) <= 64 and HEX.issuperset(ref)):
         return ref
     return ref if ":" in ref.rsplit("/", 1)[-1] else ref + ":latest"
 
 
-def find_image(ref: str) -> dict[str, Any] | None:
-    """Match by full id, hex id prefix, tag (with implied :latest) or repo digest."""
-    for image in CONFIG["images"]:
+def find_image(ref: str) -> int | None:
+    """The index in CONFIG of the image matching by full id, hex id prefix, tag (with implied :latest) or
+    repo digest."""
+    for index, image in enumerate(CONFIG["images"]):
         hex_id = image["Id"].removeprefix("sha256:")
         if ref == image["Id"] or (len(ref) >= 12 and hex_id.startswith(ref)):
-            return image
+            return index
         if familiar(ref) in image["RepoTags"] or ref in image["RepoDigests"]:
-            return image
+            return index
     return None
 
 
@@ -52,19 +57,24 @@ def _go_text(value: Any) -> str:
     if isinstance(value, list):
         return "[" + " ".join(_go_text(v) for v in value) + "]"
     if isinstance(value, dict):
+        import json
+
         return json.dumps(value, separators=(",", ":"))
     return "<nil>" if value is None else str(value)
 
 
 def render_format(template: str, image: dict[str, Any]) -> str | None:
     """The few Go templates callers use: {{json .}}, {{.Field}}, {{json .Field}}, {{index .Field N}}."""
-    match = _FIELD_TEMPLATE.fullmatch(template.strip())
+    import json
+    import re
+
+    match = re.fullmatch(FIELD_TEMPLATE, template.strip())
     if match:
         value = image if not match.group(2) else image.get(match.group(2))
         if match.group(1):
             return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
         return _go_text(value) if match.group(2) else None
-    match = _INDEX_TEMPLATE.fullmatch(template.strip())
+    match = re.fullmatch(INDEX_TEMPLATE, template.strip())
     if match and int(match.group(2)) < len(image.get(match.group(1)) or []):
         return _go_text(image[match.group(1)][int(match.group(2))])
     return None
@@ -91,19 +101,30 @@ def image_inspect(args: list[str]) -> Result:
     if not refs:
         return 1, "", '"docker image inspect" requires at least 1 argument.\n'
     found = [(ref, find_image(ref)) for ref in refs]
-    images = [image for _, image in found if image is not None]
-    err = "".join(NO_SUCH_IMAGE.format(ref=familiar(ref)) + "\n" for ref, image in found if image is None)
+    indexes = [index for _, index in found if index is not None]
+    err = "".join(NO_SUCH_IMAGE.format(ref=familiar(ref)) + "\n" for ref, index in found if index is None)
     status = 1 if err else 0
     if fmt is None:
-        return status, json.dumps(images, indent=4, ensure_ascii=False) + "\n", err
-    lines = [render_format(fmt, image) for image in images]
+        return status, inspect_json([CONFIG["inspect_json"][i] for i in indexes]) + "\n", err
+    lines = [render_format(fmt, CONFIG["images"][i]) for i in indexes]
     if any(line is None for line in lines):
         return 1, "", f"template: :1: unsupported by fleetsim fake docker: {fmt}\n"
     return status, "".join(f"{line}\n" for line in lines), err
 
 
+def inspect_json(texts: list[str]) -> str:
+    """`json.dumps(images, indent=4)` from each image's own `json.dumps(image, indent=4)` text."""
+    if not texts:
+        return "[]"
+    return "[\n" + ",\n".join("    " + text.replace("\n", "\n    ") for text in texts) + "\n]"
+
+
 def record_run(args: list[str]) -> Result:
     """`docker run ...`: append argv to ~/.fake-docker-runs.jsonl; print a container id when detached."""
+    import hashlib
+    import json
+    import time
+
     line = json.dumps(["run", *args], ensure_ascii=False)
     path = os.path.join(os.path.expanduser("~"), RUNS_FILE)
     with open(path, "a", encoding="utf-8") as runs:

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python3 -IS
 """Fake `nvidia-smi` installed as /usr/local/bin/nvidia-smi on one simulated host.
 
 `hardware.render_tool` copies this file into the host's private bin directory with CONFIG replaced by
@@ -11,7 +11,10 @@ Standard library only: it runs under the host's system python3, not the workstat
 from __future__ import annotations
 
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing`: start-up is most of a run's cost
+if TYPE_CHECKING:
+    from typing import Any
 
 CONFIG: dict[str, Any] = {"gpus": [], "driver_version": "580.159.04", "cuda_version": "13.0"}  # fleetsim
 

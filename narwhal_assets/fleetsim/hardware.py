@@ -96,9 +96,15 @@ def render_tool(tool: str, config: dict[str, Any]) -> str:
     source = (Path(__file__).parent / TOOL_TEMPLATES[tool]).read_text(encoding="utf-8")
     lines = source.splitlines(keepends=True)
     index = next(i for i, line in enumerate(lines) if line.startswith(_CONFIG_LINE_PREFIX))
-    literal = json.dumps(json.dumps(config, sort_keys=True))
-    lines[index] = f"CONFIG: dict[str, Any] = __import__('json').loads({literal})\n"
+    # A Python literal (ASCII, every string escaped), not JSON text to decode: importing `json` would cost
+    # each run of the tool more than the rest of its start-up.
+    lines[index] = f"{_CONFIG_LINE_PREFIX}{config!a}\n"
     return "".join(lines)
+
+
+def docker_config(images: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fake docker's CONFIG: the inspect objects and each one's `docker image inspect` JSON text."""
+    return {"images": images, "inspect_json": [json.dumps(image, indent=4, ensure_ascii=False) for image in images]}
 
 
 def write_tools(bin_dir: Path, gpus: list[FakeGpu], images: list[dict[str, Any]]) -> None:
@@ -109,7 +115,7 @@ def write_tools(bin_dir: Path, gpus: list[FakeGpu], images: list[dict[str, Any]]
             "driver_version": DRIVER_VERSION,
             "cuda_version": CUDA_VERSION,
         },
-        "docker": {"images": images},
+        "docker": docker_config(images),
     }
     for tool, config in configs.items():
         path = bin_dir / tool

@@ -13,6 +13,7 @@ The fleet is `test_discovery`'s (same fixture, its own instance here): h1 router
 from __future__ import annotations
 
 import pwd
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -144,6 +145,17 @@ def test_a_timed_out_command_leaves_no_process_on_the_host(
         failure.value
     )
     assert not gone(fleet, "h1", "sleep 310", GUARD), "the timed-out command is still running on the host"
+
+
+def test_connections_send_each_message_at_once(checkout: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """TCP_NODELAY: without it the kernel holds a small SSH message back until the host acknowledges the one
+    before, which a delayed ACK makes 40 ms, several times per connection and per command."""
+    discover(checkout, capsys)
+    with connected(checkout, "node-1") as connection:
+        assert connection.run("true").rc == 0
+        sock = connection.transport.sock
+        assert isinstance(sock, socket.socket)
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
 
 
 def test_a_finished_command_leaves_nothing_it_started_in_the_background(

@@ -365,15 +365,15 @@ def test_nvidia_smi_matches_the_real_h200_capture_byte_for_byte(monkeypatch: pyt
 
 def test_docker_inspect_lookup_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     image = hardware.image_inspect_object(hardware.default_image_id("reg/app:1"), "reg/app:1")
-    monkeypatch.setattr(fake_docker, "CONFIG", {"images": [image]})
+    monkeypatch.setattr(fake_docker, "CONFIG", hardware.docker_config([image]))
     digest_ref = image["RepoDigests"][0]
     for ref in (image["Id"], image["Id"][7:19], "reg/app:1", digest_ref):
         status, out, err = fake_docker.main(["image", "inspect", "-f", "{{.Id}}", ref])
         assert (status, out, err) == (0, image["Id"] + "\n", "")
     status, out, err = fake_docker.main(["image", "inspect", "reg/app"])
     assert (status, out, err) == (1, "[]\n", "Error response from daemon: No such image: reg/app:latest\n")
-    status, out, _ = fake_docker.main(["image", "inspect", "reg/app:1"])
-    assert status == 0 and out.startswith('[\n    {\n        "Id": "sha256:')
+    status, out, _ = fake_docker.main(["image", "inspect", "reg/app:1", image["Id"]])
+    assert (status, out) == (0, json.dumps([image, image], indent=4) + "\n")
 
 
 def test_rendered_tools_run_under_the_system_python(tmp_path: Path) -> None:
