@@ -41,7 +41,8 @@ from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.transport import Connector, HostConnection
 from narwhal_assets.ssh.trust import KnownHostsStore, StagedKey
 
-PROBE_COMMAND = "python3 -"
+# Isolated: no module in the account's home (the command's directory) or environment shadows the standard library.
+PROBE_COMMAND = "python3 -I -S -"
 PROBE_TIMEOUT_S = 1800.0  # a dead host is caught by the keep-alive; this bounds a first full hash
 CHECKPOINT_FILE = "engine-{n}-checkpoint.json"
 ARCHIVE_DIR = "previous-config"

@@ -1,7 +1,7 @@
 """Programs sent to fleet hosts and the workstation-side code that builds their input and reads their output.
 
 Discovery runs ONE probe program per physical host over one SSH connection: the transport starts
-`python3 -`, writes `probe_script(params)` to its stdin and hands the probe's stdout to
+`python3 -I -S -`, writes `probe_script(params)` to its stdin and hands the probe's stdout to
 `narwhal_assets.remote.parse.parse_probe_output`.
 """
 
@@ -74,7 +74,7 @@ def probe_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def probe_script(params: Mapping[str, Any]) -> str:
-    """The probe source plus a last line `main('<json>')`: what the transport feeds to `python3 -`.
+    """The probe source plus a last line `main('<json>')`: what the transport feeds to `python3 -I -S -`.
 
     Parameters travel as an ASCII JSON text inside a Python string literal, so no value is ever
     interpreted by a shell or by Python as code.

@@ -1,7 +1,7 @@
 """Host-side installer: runs on a fleet host, fed on stdin over the host's one SSH connection.
 
 Standard library only, Python 3.8+, ASCII source: hosts do not have this package. The workstation starts
-`python3 -c BOOTSTRAP` and writes `<length>\\n<this source + main('<json params>')>` to its stdin, followed
+`python3 -I -S -c BOOTSTRAP` and writes `<length>\\n<this source + main('<json params>')>` to its stdin, followed
 (for `install`) by the raw bytes of every file listed in `send`, in that order; sizes come from the params,
 so the stream needs no framing. The one stdout line is a JSON report parsed by
 `narwhal_assets.remote.install_report`; commands' output is captured into it, never inherited.

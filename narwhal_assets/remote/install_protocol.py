@@ -19,8 +19,10 @@ from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.manifest import DEPLOYMENT_ID_RE
 
 # Reads the length-prefixed installer from stdin and runs it; what follows on stdin is the installer's.
+# Isolated (-I): the command starts in the account's home, whose `json.py` or `random.py` would otherwise
+# shadow the standard library modules the installer imports.
 BOOTSTRAP = (
-    "python3 -c 'import sys;n=int(sys.stdin.buffer.readline(32));"
+    "python3 -I -S -c 'import sys;n=int(sys.stdin.buffer.readline(32));"
     'exec(compile(sys.stdin.buffer.read(n),"narwhal-install","exec"))\''
 )
 REPORT_LIMIT = 8 << 20

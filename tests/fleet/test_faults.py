@@ -36,7 +36,10 @@ from test_discovery import (  # the shared fleet fixtures and checkout helpers
 
 from narwhal_assets.checkout import Checkout
 from narwhal_assets.core.settings import Settings
+from narwhal_assets.discovery import PROBE_COMMAND
 from narwhal_assets.fleetsim import SimFleet
+from narwhal_assets.rediscovery import DRIFT_COMMAND
+from narwhal_assets.remote.install_protocol import BOOTSTRAP
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.transport import DEFAULT_OUTPUT_LIMIT, HostConnection, SshFailure
 from narwhal_assets.ssh.trust import TrustMode
@@ -158,6 +161,30 @@ def test_connections_send_each_message_at_once(checkout: Path, capsys: pytest.Ca
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
 
 
+def test_modules_in_the_host_account_home_cannot_shadow_what_our_programs_import(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Commands start in the account's home; a `json.py` there (a common file name) must not run in place of
+    the standard library module in the probe, the drift probe or the installer."""
+    discover(checkout, capsys)
+    home = fleet.host("h1").home
+    shadows = [home / f"{name}.py" for name in ("json", "hashlib", "subprocess", "threading")]
+    stdlib_json = "import json, sys; sys.stdout.write(json.__file__)\n"
+    try:
+        for shadow in shadows:
+            shadow.write_text("raise SystemExit('a module of the home directory ran')\n")
+        discover(checkout, capsys)
+        with connected(checkout, "node-1") as connection:
+            framed = f"{len(stdlib_json)}\n{stdlib_json}"
+            for command, stdin in ((PROBE_COMMAND, stdlib_json), (DRIFT_COMMAND, stdlib_json), (BOOTSTRAP, framed)):
+                result = connection.run(command, stdin=stdin.encode())
+                assert result.rc == 0, (command, result.stderr)
+                assert result.text().startswith("/usr/lib/python3") and result.text().endswith("/json/__init__.py")
+    finally:
+        for shadow in shadows:
+            shadow.unlink(missing_ok=True)
+
+
 def test_a_finished_command_leaves_nothing_it_started_in_the_background(
     checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -232,7 +259,7 @@ def test_discovery_with_a_cut_link_and_a_killed_sshd_fails_only_those_hosts(
         for name in ("h2", "h3"):
             started_marker(fleet, name).unlink(missing_ok=True)
     assert f"host node-2 ({fleet.host('h2').address}:22): {KEEPALIVE_LOST}" in err
-    assert "host node-3" in err and "connection closed by the host before command `python3 -` finished" in err
+    assert "host node-3" in err and f"connection closed by the host before command `{PROBE_COMMAND}` finished" in err
     assert "node-1" not in err and "Traceback" not in err
     assert run is not None and read_json(run / "node-1.json")["gpus"], "the healthy host's results were kept"
     assert snapshot(checkout / "config") == before
@@ -260,7 +287,7 @@ def test_fifty_megabytes_from_nvidia_smi_fail_that_host_at_the_output_limit(
     with host_tool(fleet, "h2", "nvidia-smi", flood):
         err, _ = failing_discover(checkout, capsys, rc=1)
         assert not gone(fleet, "h2", "GPU-00000000", GUARD)
-    assert f"host node-2 ({fleet.host('h2').address}:22): command `python3 -` printed more than " in err
+    assert f"host node-2 ({fleet.host('h2').address}:22): command `{PROBE_COMMAND}` printed more than " in err
     assert "(output limit)" in err and "node-1" not in err and "node-3" not in err
     assert snapshot(checkout / "config") == before
 

@@ -1,4 +1,4 @@
-"""The probe, run exactly as over SSH (`python3 -`, source on stdin) against fake tools and a real tree.
+"""The probe, run exactly as over SSH (`PROBE_COMMAND`, source on stdin) against fake tools and a real tree.
 
 The tree digest is checked against the documented shell pipeline run by bash; the hashing functions are
 also exercised in-process, where a file can be changed mid-read and hash calls can be counted.
@@ -10,6 +10,7 @@ import ast
 import hashlib
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 from narwhal_assets.core.digests import tree_digest
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.observations import CheckpointFile
+from narwhal_assets.discovery import PROBE_COMMAND
 from narwhal_assets.remote import previous_hashes, probe_params, probe_script, probe_source
 from narwhal_assets.remote import probe as probe_module
 from narwhal_assets.remote.parse import ProbeOutputError, parse_probe_output
@@ -106,10 +108,11 @@ def model_dir(tmp_path: Path) -> Path:
 
 
 def run_probe(params: dict[str, Any], bin_dir: Path) -> dict[str, Any]:
-    """Exactly what the transport does: `python3 -` with the script on stdin; stdout must be one JSON text."""
+    """Exactly what the transport does: `PROBE_COMMAND` with the script on stdin; stdout must be one JSON text."""
     env = {"PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
     proc = subprocess.run(
-        ["python3", "-"], input=probe_script(params), capture_output=True, text=True, env=env, timeout=120, check=False
+        shlex.split(PROBE_COMMAND), input=probe_script(params), capture_output=True, text=True, env=env, timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
