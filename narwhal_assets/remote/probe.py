@@ -26,7 +26,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing` on every host at every discovery
 
 PROBE_SCHEMA = "narwhal.probe"
 PROBE_SCHEMA_VERSION = 1
@@ -55,6 +56,8 @@ CONFIG_FILE = "config.json"
 CONFIG_LIMIT = 4 << 20
 
 if TYPE_CHECKING:  # annotations only: hosts may run Python 3.8
+    from typing import Any
+
     Stat = tuple[int, int, int]  # size, mtime_ns, inode
     Row = list[int | str]  # size, mtime_ns, inode, sha256: one file, as sent back and forth
 
