@@ -14,6 +14,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -280,20 +281,34 @@ def test_a_file_replaced_with_the_same_size_and_mtime_is_rehashed(model_dir: Pat
     assert entry["sha256"] == hashlib.sha256(b'{"version": "2.0"}').hexdigest() and entry["inode"] != stat.st_ino
 
 
-def test_a_rehash_of_many_files_stats_them_in_threads_and_agrees_with_one_process(tmp_path: Path) -> None:
-    """Enough files for a threaded stat pass, every one changed but config.json (a file the stat pass
-    skipped would pass as reused), so many that they are then hashed in worker processes."""
+def test_a_rehash_of_many_files_stats_them_in_threads_and_agrees_with_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Enough files for a threaded stat pass (forced: stats here are too fast to choose threads), every one
+    changed but config.json (a file the stat pass skipped would pass as reused), so many that they are then
+    hashed in worker processes."""
     root = tmp_path / "many"
-    for number in range(2 * probe_module.STAT_FILES_PER_THREAD):
+    count = 2 * probe_module.STAT_FILES_PER_THREAD + probe_module.STAT_SAMPLE
+    for number in range(count):
         (root / f"d{number % 7}").mkdir(parents=True, exist_ok=True)
         (root / f"d{number % 7}" / f"f{number}").write_bytes(b"%d" % number)
     (root / "config.json").write_text("{}")
     previous = rows(probe_module.hash_tree(str(root)))
-    for number in range(2 * probe_module.STAT_FILES_PER_THREAD):
+    for number in range(count):
         (root / f"d{number % 7}" / f"f{number}").write_bytes(b"changed %d" % number)
     (root / "d0" / "f0").unlink()
     (root / "d1" / "added").write_bytes(b"added")
+    stat_threads: set[str] = set()
+    stat_range = probe_module.stat_range
+
+    def recorded(*args: Any) -> Any:
+        stat_threads.add(threading.current_thread().name)
+        return stat_range(*args)
+
+    monkeypatch.setattr(probe_module, "SLOW_STAT_S", 0.0)
+    monkeypatch.setattr(probe_module, "stat_range", recorded)
     threaded = probe_module.hash_tree(str(root), previous, workers=2)
+    assert len(stat_threads) == 3, stat_threads  # the sample in the probe's thread, the rest in two threads
     assert threaded == dict(probe_module.hash_tree(str(root), previous, workers=1), seconds=threaded["seconds"])
     assert (threaded["files_reused"], threaded["unchanged"], threaded["problems"]) == (1, False, [])
     hashes = {f["path"]: f["sha256"] for f in threaded["files"]}
