@@ -61,22 +61,46 @@ class Cost(NamedTuple):
         return self.workstation_cpu + self.hosts_cpu
 
 
+def listener_pids(fleet: SimFleet) -> list[int]:
+    pids = []
+    for host in fleet.hosts.values():
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int((host.hostdir / "sshd.pid").read_text().strip()))
+    return pids
+
+
 def hosts_cpu_s(fleet: SimFleet) -> float:
     """CPU seconds of every host's sshd listener and the children it reaped (each connection's processes)."""
     ticks = 0
-    for host in fleet.hosts.values():
-        with contextlib.suppress(OSError, ValueError):
-            pid = int((host.hostdir / "sshd.pid").read_text().strip())
+    for pid in listener_pids(fleet):
+        with contextlib.suppress(OSError):
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def sessions_reaped(fleet: SimFleet, patience: float = 5.0) -> None:
+    """Wait until every listener has reaped its sessions: a session's CPU reaches the listener's cutime only
+    then, a moment after the client has its answer, and would otherwise count towards the next measurement."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        children = ""
+        for pid in listener_pids(fleet):
+            with contextlib.suppress(OSError):
+                children += Path(f"/proc/{pid}/task/{pid}/children").read_text().strip()
+        if not children:
+            return
+        time.sleep(0.01)
+
+
 def measure(fleet: SimFleet, work: Callable[[], object]) -> tuple[Cost, object]:
+    sessions_reaped(fleet)
     own, hosts, started = time.process_time(), hosts_cpu_s(fleet), time.perf_counter()
     result = work()
     wall = time.perf_counter() - started
-    return Cost(wall, time.process_time() - own, hosts_cpu_s(fleet) - hosts), result
+    own = time.process_time() - own
+    sessions_reaped(fleet)
+    return Cost(wall, own, hosts_cpu_s(fleet) - hosts), result
 
 
 def spread(values: list[float]) -> str:
