@@ -368,8 +368,6 @@ def examine(path: str, previous: Any, buffer: bytearray, defer_above: int) -> Ro
         if _reusable(previous, info):
             return None
         before = (info.st_size, info.st_mtime_ns, info.st_ino)
-        if before[0] > defer_above:  # the stat pass: not opened here, the worker that hashes it opens it
-            return before
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         if previous is None:
@@ -599,8 +597,11 @@ def _stat_pass(
     items, deferred = stat_range(files, previous, (0, sampled))
     slow = time.perf_counter() - started > SLOW_STAT_S * sampled
     threads = min(workers, (count - sampled) // STAT_FILES_PER_THREAD) if slow else 1
-    step = -(-(count - sampled) // max(threads, 1))
-    spans = [(start, min(count, start + step)) for start in range(sampled, count, step)] if step else []
+    if threads < 2:
+        rest_items, rest_deferred = stat_range(files, previous, (sampled, count))
+        return items + rest_items, deferred + rest_deferred
+    step = -(-(count - sampled) // threads)
+    spans = [(start, min(count, start + step)) for start in range(sampled, count, step)]
     parts: list[Any] = [None] * len(spans)
 
     def run(number: int) -> None:
@@ -609,15 +610,11 @@ def _stat_pass(
         except BaseException as exc:  # raised again below, in the probe's thread (never printed by threading)
             parts[number] = exc
 
-    if threads < 2:
-        for number in range(len(spans)):
-            run(number)
-    else:
-        pool = [threading.Thread(target=run, args=(number,)) for number in range(len(spans))]
-        for thread in pool:
-            thread.start()
-        for thread in pool:
-            thread.join()
+    pool = [threading.Thread(target=run, args=(number,)) for number in range(len(spans))]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
     failed = next((part for part in parts if isinstance(part, BaseException)), None)
     if failed is not None:
         raise failed
