@@ -179,7 +179,8 @@ def test_modules_in_the_host_account_home_cannot_shadow_what_our_programs_import
             for command, stdin in ((PROBE_COMMAND, stdlib_json), (DRIFT_COMMAND, stdlib_json), (BOOTSTRAP, framed)):
                 result = connection.run(command, stdin=stdin.encode())
                 assert result.rc == 0, (command, result.stderr)
-                assert result.text().startswith("/usr/lib/python3") and result.text().endswith("/json/__init__.py")
+                assert result.text().endswith("/json/__init__.py"), (command, result.text())
+                assert not result.text().startswith(fleet.host("h1").remote_home), (command, result.text())
     finally:
         for shadow in shadows:
             shadow.unlink(missing_ok=True)
