@@ -27,6 +27,19 @@ from narwhal_assets.privatefiles import ensure_private_dir, exclusive_lock, writ
 
 DAGSTER_HOME_DEFAULT = "runs/dagster"
 INSTANCE_YAML = """\
+# Embedded SQLite storage in this directory, connections kept open per process (instance_storage.py);
+# README.md shows the PostgreSQL settings for teams.
+storage:
+  custom:
+    module: narwhal_assets.instance_storage
+    class: PooledSqliteStorage
+    config:
+      base_dir: {env: DAGSTER_HOME}
+telemetry:
+  enabled: false
+"""
+# What earlier versions wrote; an instance still holding it exactly is switched to INSTANCE_YAML.
+PREVIOUS_INSTANCE_YAML = """\
 # Embedded SQLite storage in this directory; README.md shows the PostgreSQL settings for teams.
 telemetry:
   enabled: false
@@ -50,8 +63,9 @@ def operator_instance(root: Path) -> dg.DagsterInstance:
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(root / DAGSTER_HOME_DEFAULT)))
     ensure_private_dir(home)
     with exclusive_lock(home / ".narwhal-open.lock"):
-        if not (home / "dagster.yaml").exists():
-            write_private(home / "dagster.yaml", INSTANCE_YAML)
+        config = home / "dagster.yaml"
+        if not config.exists() or config.read_text(encoding="utf-8") == PREVIOUS_INSTANCE_YAML:
+            write_private(config, INSTANCE_YAML)
         return dg.DagsterInstance.get()
 
 

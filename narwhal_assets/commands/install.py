@@ -28,7 +28,12 @@ EXIT_FAILED = 1
 COMMAND = "install"
 DEFAULT_PARALLEL = 8
 # The packages dagster.yaml names for its storage classes: a worker would import them lazily to open the instance.
-DAGSTER_STORAGE = ["dagster._core.storage.event_log", "dagster._core.storage.runs", "dagster._core.storage.schedules"]
+DAGSTER_STORAGE = [
+    "narwhal_assets.instance_storage",
+    "dagster._core.storage.event_log",
+    "dagster._core.storage.runs",
+    "dagster._core.storage.schedules",
+]
 
 
 def run_host(root: Path, run_dir: Path, host_id: str, mode: Mode = "install", command: str = COMMAND) -> HostOutcome:

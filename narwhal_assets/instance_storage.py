@@ -1,0 +1,120 @@
+"""Dagster's embedded SQLite storage, with each database's connections kept open for the life of a process.
+
+Dagster's SQLite storages build a new SQLAlchemy engine, and so open a new connection, for every
+transaction: one discovery run opened and closed about 550. A new engine compiles every statement again,
+and closing the last connection to a WAL database checkpoints it (an fsync). Keeping one engine and its
+connection pool per database file halves the CPU a run spends in Dagster (`benchmarks/bench_cli.py`). The
+files, schema and locking are Dagster's own, so a stock instance reads the same directory, and processes
+share it as before: SQLite serialises their writers with its file locks and busy timeout.
+
+`runner.INSTANCE_YAML` selects this storage for the instance the project creates.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy
+from dagster._core.storage.base_storage import DagsterStorage
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    SqliteEventLogStorage,
+)
+from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sqlite_storage import (
+    DagsterSqliteStorage,
+    _event_logs_directory,
+    _runs_directory,
+    _schedule_directory,
+)
+from dagster._serdes import ConfigurableClassData
+from sqlalchemy.engine import Connection, Engine
+
+# Databases whose engines stay open: the run, schedule and event index databases, and the per-run event logs
+# of the runs a process is working on (a long-lived webserver reads many runs; older ones close again).
+OPEN_DATABASES = 16
+
+_engines: OrderedDict[str, Engine] = OrderedDict()
+_engines_lock = threading.Lock()
+
+
+def engine_for(conn_string: str) -> Engine:
+    """The process's engine for one database file, created on first use (least recently used one disposed)."""
+    with _engines_lock:
+        engine = _engines.pop(conn_string, None)
+        if engine is None:
+            engine = sqlalchemy.create_engine(conn_string, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
+        _engines[conn_string] = engine
+        while len(_engines) > OPEN_DATABASES:
+            _engines.popitem(last=False)[1].dispose()  # connections checked out now close when returned
+        return engine
+
+
+def open_databases() -> list[str]:
+    """Connection strings of the databases this process keeps open, least recently used first."""
+    with _engines_lock:
+        return list(_engines)
+
+
+def _forget_engines(close: bool) -> None:
+    for engine in _engines.values():
+        engine.dispose(close=close)
+    _engines.clear()
+
+
+# A forked child must not share its parent's SQLite connections: it opens its own on first use.
+os.register_at_fork(after_in_child=lambda: _forget_engines(close=False))
+# Closing the last connection to a WAL database at exit checkpoints it and removes its -wal and -shm files,
+# as Dagster's stock storage leaves the directory after each transaction.
+atexit.register(_forget_engines, close=True)
+
+
+@contextmanager
+def _transaction(engine: Engine) -> Iterator[Connection]:
+    with engine.connect() as conn, conn.begin():
+        yield conn
+
+
+class PooledSqliteRunStorage(SqliteRunStorage):
+    def connect(self) -> Iterator[Connection]:  # type: ignore[override]  # a context manager, as in Dagster
+        return _transaction(engine_for(self._conn_string))
+
+
+class PooledSqliteScheduleStorage(SqliteScheduleStorage):
+    def connect(self) -> Iterator[Connection]:  # type: ignore[override]
+        return _transaction(engine_for(self._conn_string))
+
+
+class PooledSqliteEventLogStorage(SqliteEventLogStorage):
+    @contextmanager
+    def _connect(self, shard: str) -> Iterator[Connection]:
+        with self._db_lock:
+            engine = engine_for(self.conn_string_for_shard(shard))
+            if shard not in self._initialized_dbs:
+                self._initdb(engine)
+                self._initialized_dbs.add(shard)
+            with _transaction(engine) as conn:
+                yield conn
+
+
+class PooledSqliteStorage(DagsterSqliteStorage):
+    """`storage: custom:` in dagster.yaml, with `base_dir` as for Dagster's `storage: sqlite:`."""
+
+    def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
+        # Dagster's own __init__ would open its three storages first; only the base class's is wanted.
+        DagsterStorage.__init__(self)
+        self.base_dir = base_dir
+        self._inst_data = inst_data
+        self._run_storage = PooledSqliteRunStorage.from_local(_runs_directory(base_dir))
+        self._event_log_storage = PooledSqliteEventLogStorage(_event_logs_directory(base_dir))
+        self._schedule_storage = PooledSqliteScheduleStorage.from_local(_schedule_directory(base_dir))
+
+    @classmethod
+    def from_config_value(cls, inst_data: ConfigurableClassData, config_value: dict[str, str]) -> PooledSqliteStorage:  # type: ignore[override]
+        return cls.from_local(inst_data=inst_data, **config_value)
