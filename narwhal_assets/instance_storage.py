@@ -7,7 +7,7 @@ connection pool per database file halves the CPU a run spends in Dagster (`bench
 files, schema and locking are Dagster's own, so a stock instance reads the same directory, and processes
 share it as before: SQLite serialises their writers with its file locks and busy timeout.
 
-`runner.INSTANCE_YAML` selects this storage for the instance the project creates.
+`runner.instance_yaml` selects this storage for the instance the project creates.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ from dagster._core.storage.sqlite_storage import (
 )
 from dagster._serdes import ConfigurableClassData
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import QueuePool
 
 # Databases whose engines stay open: the run, schedule and event index databases, and the per-run event logs
 # of the runs a process is working on (a long-lived webserver reads many runs; older ones close again).
 OPEN_DATABASES = 16
+KEPT_CONNECTIONS = 4  # per database: a run's thread, the event watcher, a webserver's concurrent requests
 
 _engines: OrderedDict[str, Engine] = OrderedDict()
 _engines_lock = threading.Lock()
@@ -49,7 +51,13 @@ def engine_for(conn_string: str) -> Engine:
     with _engines_lock:
         engine = _engines.pop(conn_string, None)
         if engine is None:
-            engine = sqlalchemy.create_engine(conn_string, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})
+            engine = sqlalchemy.create_engine(
+                conn_string,
+                poolclass=QueuePool,
+                pool_size=KEPT_CONNECTIONS,
+                max_overflow=-1,  # no cap, as in Dagster's storage: connections beyond the kept ones close
+                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
+            )
         _engines[conn_string] = engine
         while len(_engines) > OPEN_DATABASES:
             _engines.popitem(last=False)[1].dispose()  # connections checked out now close when returned

@@ -9,15 +9,18 @@ let finish (it takes milliseconds), so the operator is told exactly whether a ne
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
 import dagster as dg
 
@@ -26,15 +29,19 @@ from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.privatefiles import ensure_private_dir, exclusive_lock, write_private
 
 DAGSTER_HOME_DEFAULT = "runs/dagster"
+# Dagster's `storage: custom:` takes its directory from its config alone, so the instance's own directory is
+# written in (quoted as JSON, which YAML reads): `{env: DAGSTER_HOME}` would follow whichever DAGSTER_HOME a
+# process has, even one opening this instance by its path.
 INSTANCE_YAML = """\
 # Embedded SQLite storage in this directory, connections kept open per process (instance_storage.py);
-# README.md shows the PostgreSQL settings for teams.
+# README.md shows the PostgreSQL settings for teams. Written by deploy-hosts, which rewrites it if the
+# directory moves; edit it and it is left as it is.
 storage:
   custom:
     module: narwhal_assets.instance_storage
     class: PooledSqliteStorage
     config:
-      base_dir: {env: DAGSTER_HOME}
+      base_dir: {base_dir}
 telemetry:
   enabled: false
 """
@@ -44,6 +51,19 @@ PREVIOUS_INSTANCE_YAML = """\
 telemetry:
   enabled: false
 """
+_GENERATED = re.compile(re.escape(INSTANCE_YAML).replace(re.escape("{base_dir}"), '"[^\n]*"'))
+
+
+def instance_yaml(home: Path) -> str:
+    """The dagster.yaml of the instance the project creates in `home`."""
+    return INSTANCE_YAML.format(base_dir=json.dumps(str(home.resolve())))
+
+
+def _is_ours(text: str) -> bool:
+    """A dagster.yaml this project wrote and nobody edited (for this directory or another)."""
+    return text == PREVIOUS_INSTANCE_YAML or _GENERATED.fullmatch(text) is not None
+
+
 # Console output of in-process runs: only the CLI's own lines and errors reach the operator.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 COMMAND_TAG = "narwhal/command"
@@ -63,9 +83,10 @@ def operator_instance(root: Path) -> dg.DagsterInstance:
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(root / DAGSTER_HOME_DEFAULT)))
     ensure_private_dir(home)
     with exclusive_lock(home / ".narwhal-open.lock"):
-        config = home / "dagster.yaml"
-        if not config.exists() or config.read_text(encoding="utf-8") == PREVIOUS_INSTANCE_YAML:
-            write_private(config, INSTANCE_YAML)
+        config, wanted = home / "dagster.yaml", instance_yaml(home)
+        current = config.read_text(encoding="utf-8") if config.exists() else None
+        if current is None or (current != wanted and _is_ours(current)):
+            write_private(config, wanted)
         return dg.DagsterInstance.get()
 
 
@@ -111,7 +132,7 @@ def run_job(
             outcome.set_exception(exc)
 
     worker = threading.Thread(target=execute, name=f"narwhal-{job_name}", daemon=True)
-    with _TerminateOnSignals(command):
+    with _TerminateOnSignals(command), _without_dagster_storage_lines():
         worker.start()
         while not outcome.done():
             worker.join(timeout=0.2)
@@ -153,6 +174,34 @@ class _TerminateOnSignals:
             sys.stderr.write(f"deploy-hosts {self.command}: interrupted by {name}; {state}\n")
             sys.stderr.flush()
             os._exit(EXIT_SIGNAL_BASE + signum)
+
+
+# Dagster writes this to stderr itself when storing an event fails, then raises; StorageError says it once.
+DAGSTER_STORAGE_LINE = "Exception while writing logger call to event log: "
+
+
+class _DropDagsterStorageLines:
+    """sys.stderr during a run, without Dagster's own report of a failed event write (a multi-line message
+    from SQLAlchemy); everything else passes through."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return len(text) if text.startswith(DAGSTER_STORAGE_LINE) else self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def _without_dagster_storage_lines() -> Iterator[None]:
+    previous = sys.stderr
+    sys.stderr = _DropDagsterStorageLines(previous)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stderr = previous
 
 
 def _run_failure(exc: BaseException) -> NarwhalError | None:

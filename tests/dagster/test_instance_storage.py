@@ -5,6 +5,7 @@ opens connections of its own. Real instances on disk, real SQLite."""
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from pathlib import Path
 
 import dagster as dg
@@ -13,7 +14,7 @@ import sqlalchemy
 from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
 
 from narwhal_assets import instance_storage
-from narwhal_assets.runner import INSTANCE_YAML, PREVIOUS_INSTANCE_YAML, operator_instance
+from narwhal_assets.runner import PREVIOUS_INSTANCE_YAML, instance_yaml, operator_instance
 
 
 @dg.asset
@@ -78,17 +79,36 @@ def test_stock_dagster_reads_the_history_the_pooled_storage_wrote(root: Path) ->
     assert stock.event_log_storage.get_latest_materialization_events([dg.AssetKey("downstream")])
 
 
-def test_an_instance_created_by_an_earlier_version_is_switched_but_an_edited_one_is_kept(root: Path) -> None:
+def test_an_instance_written_by_an_earlier_version_or_for_another_directory_is_switched_but_an_edited_one_is_kept(
+    root: Path,
+) -> None:
     home = Path(os.environ["DAGSTER_HOME"])
     home.mkdir(parents=True, mode=0o700)
-    (home / "dagster.yaml").write_text(PREVIOUS_INSTANCE_YAML)
-    operator_instance(root)
-    assert (home / "dagster.yaml").read_text() == INSTANCE_YAML
+    config = home / "dagster.yaml"
+    for ours in (PREVIOUS_INSTANCE_YAML, instance_yaml(root / "moved-from")):
+        config.write_text(ours)
+        operator_instance(root)
+        assert config.read_text() == instance_yaml(home)
 
-    edited = PREVIOUS_INSTANCE_YAML + "run_monitoring:\n  enabled: true\n"
-    (home / "dagster.yaml").write_text(edited)
+    edited = instance_yaml(root / "elsewhere") + "run_monitoring:\n  enabled: true\n"
+    config.write_text(edited)
     operator_instance(root)
-    assert (home / "dagster.yaml").read_text() == edited
+    assert config.read_text() == edited
+
+
+def test_an_instance_opened_by_its_path_uses_its_own_files_whatever_dagster_home_says(root: Path) -> None:
+    """Opening one instance by path while DAGSTER_HOME names another (a test harness, a script) must not mix them."""
+    operator_instance(root)  # creates the instance at DAGSTER_HOME
+    other = root / "other-home"
+    other.mkdir(mode=0o700)
+    (other / "dagster.yaml").write_text(instance_yaml(other))
+    with dg.DagsterInstance.from_config(str(other)) as instance:
+        instance.add_dynamic_partitions("hosts", ["node-1"])
+    assert (other / "history" / "runs" / "index.db").is_file()
+    with dg.DagsterInstance.from_config(os.environ["DAGSTER_HOME"]) as instance:
+        assert instance.get_dynamic_partitions("hosts") == []
+    with dg.DagsterInstance.from_config(str(other)) as instance:
+        assert instance.get_dynamic_partitions("hosts") == ["node-1"]
 
 
 def test_a_forked_child_opens_its_own_connections(root: Path) -> None:
@@ -103,3 +123,11 @@ def test_a_forked_child_opens_its_own_connections(root: Path) -> None:
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(instance.get_runs()) == 1
+
+
+def test_connections_beyond_the_kept_ones_open_without_waiting_and_close_when_returned(tmp_path: Path) -> None:
+    engine = instance_storage.engine_for(f"sqlite:///{tmp_path / 'busy.db'}")
+    with ExitStack() as stack:  # more simultaneous users than any pool cap: a webserver under load
+        connections = [stack.enter_context(engine.connect()) for _ in range(24)]
+        assert all(conn.exec_driver_sql("select 1").scalar() == 1 for conn in connections)
+    assert engine.pool.checkedin() == instance_storage.KEPT_CONNECTIONS  # type: ignore[attr-defined]

@@ -31,7 +31,7 @@ from narwhal_assets.core.envfile import shell_quote
 from narwhal_assets.definitions import defs
 from narwhal_assets.fleetsim import SimFleet
 from narwhal_assets.privatefiles import write_private
-from narwhal_assets.runner import DAGSTER_HOME_DEFAULT, INSTANCE_YAML
+from narwhal_assets.runner import DAGSTER_HOME_DEFAULT, instance_yaml
 
 pytestmark = pytest.mark.fleet
 RUN_S = 600.0  # a run launched from the UI (discovery, prepare): one subprocess per step on 2 busy cores
@@ -199,7 +199,7 @@ def test_operator_discovers_prepares_and_installs_from_the_ui(
 ) -> None:  # fmt: skip
     deployable_checkout(checkout)
     home = checkout / DAGSTER_HOME_DEFAULT
-    write_private(home / "dagster.yaml", INSTANCE_YAML)
+    write_private(home / "dagster.yaml", instance_yaml(home))
     workdir = tmp_path / "dagster-dev"
     workdir.mkdir()
     log = workdir / "dagster-dev.log"
