@@ -70,6 +70,14 @@ def open_databases() -> list[str]:
         return list(_engines)
 
 
+def close_databases() -> None:
+    """Close every kept connection; the next use opens them again. Closing the last connection to a WAL
+    database checkpoints it and removes its -wal and -shm files, as Dagster's stock storage leaves the
+    directory after each transaction: done at exit, and by worker processes (which leave by `os._exit`)."""
+    with _engines_lock:
+        _forget_engines(close=True)
+
+
 def _forget_engines(close: bool) -> None:
     for engine in _engines.values():
         engine.dispose(close=close)
@@ -78,9 +86,7 @@ def _forget_engines(close: bool) -> None:
 
 # A forked child must not share its parent's SQLite connections: it opens its own on first use.
 os.register_at_fork(after_in_child=lambda: _forget_engines(close=False))
-# Closing the last connection to a WAL database at exit checkpoints it and removes its -wal and -shm files,
-# as Dagster's stock storage leaves the directory after each transaction.
-atexit.register(_forget_engines, close=True)
+atexit.register(close_databases)
 
 
 @contextmanager

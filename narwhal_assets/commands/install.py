@@ -62,10 +62,16 @@ def run_host(root: Path, run_dir: Path, host_id: str, mode: Mode = "install", co
 def run_host_in_worker(
     environ: dict[str, str], root: Path, run_dir: Path, host_id: str, mode: Mode, command: str
 ) -> HostOutcome:
-    """`run_host` in a worker, with the caller's environment (the fork server's may be older)."""
+    """`run_host` in a worker, with the caller's environment (the fork server's may be older); the worker
+    closes its databases after each host since it will leave by `os._exit`, which skips `atexit`."""
+    from narwhal_assets.instance_storage import close_databases
+
     os.environ.clear()
     os.environ.update(environ)
-    return run_host(root, run_dir, host_id, mode, command)
+    try:
+        return run_host(root, run_dir, host_id, mode, command)
+    finally:
+        close_databases()
 
 
 def workers(count: int) -> ProcessPoolExecutor:

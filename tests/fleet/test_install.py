@@ -186,6 +186,12 @@ def test_full_install_then_reuse_sends_nothing(
         meta = partition_metadata(host.id)
         assert (meta["outcome"], meta["bytes_sent"], meta["files_sent"]) == ("reused", 0, 0)
     assert log.read_text(encoding="utf-8").startswith(text), "the log is appended to"
+    # Worker processes ran the partitions' runs; each closed its databases (checkpointed) before leaving.
+    with dg.DagsterInstance.get() as instance:
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={"narwhal/command": "install"}))
+    events = Path(os.environ["DAGSTER_HOME"]) / "history" / "runs"
+    assert len(runs) == 6 and all((events / f"{run.run_id}.db").is_file() for run in runs)
+    assert not [run.run_id for run in runs if (events / f"{run.run_id}.db-wal").exists()], sorted(events.iterdir())
     assert_nowhere([PASSWORD, *DESTINATIONS.values()], [prepared, discovered / "runs", discovered / "config",
                                                         Path(os.environ["DAGSTER_HOME"])])  # fmt: skip
     assert_nowhere([PASSWORD, *DESTINATIONS.values()],
