@@ -84,8 +84,15 @@ def _forget_engines(close: bool) -> None:
     _engines.clear()
 
 
-# A forked child must not share its parent's SQLite connections: it opens its own on first use.
-os.register_at_fork(after_in_child=lambda: _forget_engines(close=False))
+def _start_afresh_in_child() -> None:
+    """A forked child must not share its parent's SQLite connections (it opens its own on first use), and
+    gets a new lock: another thread of the parent may have held it at the fork, and nobody would release it."""
+    global _engines_lock
+    _engines_lock = threading.Lock()
+    _forget_engines(close=False)
+
+
+os.register_at_fork(after_in_child=_start_afresh_in_child)
 atexit.register(close_databases)
 
 
@@ -96,13 +103,17 @@ def _transaction(engine: Engine) -> Iterator[Connection]:
 
 
 class PooledSqliteRunStorage(SqliteRunStorage):
-    def connect(self) -> Iterator[Connection]:  # type: ignore[override]  # a context manager, as in Dagster
-        return _transaction(engine_for(self._conn_string))
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with _transaction(engine_for(self._conn_string)) as conn:
+            yield conn
 
 
 class PooledSqliteScheduleStorage(SqliteScheduleStorage):
-    def connect(self) -> Iterator[Connection]:  # type: ignore[override]
-        return _transaction(engine_for(self._conn_string))
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with _transaction(engine_for(self._conn_string)) as conn:
+            yield conn
 
 
 class PooledSqliteEventLogStorage(SqliteEventLogStorage):

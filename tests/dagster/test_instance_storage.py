@@ -5,6 +5,8 @@ opens connections of its own. Real instances on disk, real SQLite."""
 from __future__ import annotations
 
 import os
+import signal
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -131,3 +133,19 @@ def test_connections_beyond_the_kept_ones_open_without_waiting_and_close_when_re
         connections = [stack.enter_context(engine.connect()) for _ in range(24)]
         assert all(conn.exec_driver_sql("select 1").scalar() == 1 for conn in connections)
     assert engine.pool.checkedin() == instance_storage.KEPT_CONNECTIONS  # type: ignore[attr-defined]
+
+
+def test_a_child_forked_while_another_thread_holds_the_engine_lock_can_still_open_databases(root: Path) -> None:
+    instance = operator_instance(root)
+    with instance_storage._engines_lock:  # as a webserver thread opening a database at the moment of the fork
+        child = os.fork()
+        if child == 0:
+            os._exit(0 if len(instance.get_runs()) == 0 else 1)
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        raise AssertionError("the child waited for a lock that no thread of its own held")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
