@@ -36,12 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from narwhal_assets.checkpoint_store import load_checkpoint, save_checkpoint
-from narwhal_assets.core.digests import tree_digest
-from narwhal_assets.core.observations import CheckpointDigest, CheckpointFile
-from narwhal_assets.remote import previous_hashes, probe_params
-from narwhal_assets.remote.parse import parse_models
-from narwhal_assets.remote.probe import Probe, _load_params, collect_models, hash_tree
+from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.observations import CheckpointDigest, CheckpointFile
+from narwhal_assets.host.probe import Probe, _load_params, collect_models, hash_tree
+from narwhal_assets.local.checkpoint_store import load_checkpoint, save_checkpoint
+from narwhal_assets.protocols.probe import previous_hashes, probe_params
+from narwhal_assets.protocols.probe_report import parse_models
 
 MIB = 1024 * 1024
 BLOCK = 8 * MIB

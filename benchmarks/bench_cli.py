@@ -31,18 +31,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from narwhal_assets.checkout import Checkout
-from narwhal_assets.cli import main as deploy_hosts
-from narwhal_assets.discovery import DiscoveryRun, inspect_hosts, new_run_dir, operator_settings
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.fleetsim.client import FleetSsh
+from fleetsim import SimFleet
+from fleetsim.client import FleetSsh
+
+from narwhal_assets.cli.main import main as deploy_hosts
+from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.trust import TrustMode
+from narwhal_assets.workflows.discover import DiscoveryRun, inspect_hosts, new_run_dir, operator_settings
 
 DEPLOY = [sys.executable, "-m", "narwhal_assets"]
 IMPORT_DEFINITIONS = "import narwhal_assets.definitions"
-OPEN_INSTANCE = IMPORT_DEFINITIONS + "; import sys, pathlib; from narwhal_assets.runner import operator_instance; "
-OPEN_INSTANCE += "operator_instance(pathlib.Path(sys.argv[1]))"
+OPEN_INSTANCE = IMPORT_DEFINITIONS + "; import sys, pathlib; import narwhal_assets.runtime.runner as runner"
+OPEN_INSTANCE += "; runner.operator_instance(pathlib.Path(sys.argv[1]))"
 ENGINE_ENV = [
     "NARWHAL_ENGINE_MODEL_NAME=bench",
     "NARWHAL_MODEL_DIR=/srv/models/bench",

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from narwhal_assets.cli import main as deploy_hosts
-from narwhal_assets.fleetsim import SimFleet
+from fleetsim import SimFleet
+from narwhal_assets.cli.main import main as deploy_hosts
 
 ENGINE_ENV = [
     "NARWHAL_ENGINE_MODEL_NAME=bench",

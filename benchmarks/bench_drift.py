@@ -31,16 +31,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from narwhal_assets.checkout import Checkout
-from narwhal_assets.cli import main as deploy_hosts
-from narwhal_assets.core.drift import DriftReport
-from narwhal_assets.core.settings import Settings
-from narwhal_assets.discovery import latest_complete_run, operator_settings
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.rediscovery import check_drift
-from narwhal_assets.remote.probe import IP_ARGV, NVIDIA_SMI_ARGV
+from fleetsim import SimFleet
+from narwhal_assets.cli.main import main as deploy_hosts
+from narwhal_assets.core.discovery.drift import DriftReport
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.host.probe import IP_ARGV, NVIDIA_SMI_ARGV
+from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.trust import TrustMode
+from narwhal_assets.workflows.discover import latest_complete_run, operator_settings
+from narwhal_assets.workflows.rediscover import check_drift
 
 TOOLS = f"{shlex.join(NVIDIA_SMI_ARGV)} >/dev/null & {shlex.join(IP_ARGV)} >/dev/null & docker image inspect"
 ENGINE_ENV = [

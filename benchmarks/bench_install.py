@@ -35,8 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from narwhal_assets.cli import main as deploy_hosts
-from narwhal_assets.fleetsim import SimFleet
+from fleetsim import SimFleet
+from narwhal_assets.cli.main import main as deploy_hosts
 
 PR_SET_CHILD_SUBREAPER = 36
 ENGINE_ENV = [

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from narwhal_assets.remote.parse import parse_nvidia_smi
+from narwhal_assets.protocols.probe_report import parse_nvidia_smi
 from narwhal_assets.ssh.transport import DEFAULT_OUTPUT_LIMIT
 
 ROW = (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "nvidia-smi-query-h200x8.csv").read_text()

@@ -6,17 +6,22 @@ import os
 
 import dagster as dg
 
-from narwhal_assets.assets.checks import checkpoint_replicas_agree, generated_files_private, known_hosts_cover_inventory
-from narwhal_assets.assets.deployment_status import live_matches_installed
-from narwhal_assets.assets.discovery import discovered_config, host_discovery
-from narwhal_assets.assets.freshness import discovered_set_fresh, discovery_freshness_sensor
-from narwhal_assets.assets.install import host_installation, install_job
-from narwhal_assets.assets.install_checks import installation_outdated_sensor, installed_from_latest_manifest
-from narwhal_assets.assets.inventory import host_inventory
-from narwhal_assets.assets.prepare import PREPARE_CHECKS, prepare_deployment
-from narwhal_assets.resources import ManagementCheckout, SshSettings
-from narwhal_assets.schedules import reverify_installed_hosts, weekly_full_rehash
-from narwhal_assets.sensors import inventory_sensor, rediscovery_sensor
+from narwhal_assets.defs.deployment.assets import PREPARE_CHECKS, prepare_deployment
+from narwhal_assets.defs.discovery.assets import discovered_config, host_discovery
+from narwhal_assets.defs.discovery.checks import (
+    checkpoint_replicas_agree,
+    generated_files_private,
+    known_hosts_cover_inventory,
+)
+from narwhal_assets.defs.discovery.freshness import discovered_set_fresh, discovery_freshness_sensor
+from narwhal_assets.defs.discovery.inventory import host_inventory
+from narwhal_assets.defs.installation.assets import host_installation, install_job
+from narwhal_assets.defs.installation.checks import installation_outdated_sensor, installed_from_latest_manifest
+from narwhal_assets.defs.installation.status import live_matches_installed
+from narwhal_assets.defs.names import DISCOVERY_JOB, PREPARE_JOB
+from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
+from narwhal_assets.defs.schedules import reverify_installed_hosts, weekly_full_rehash
+from narwhal_assets.defs.sensors import inventory_sensor, rediscovery_sensor
 
 # Every process that loads this code location (dagster CLI, code server, run workers) creates Dagster's
 # storage and compute logs private, like every file the project writes.
@@ -39,13 +44,13 @@ SCHEDULES = [weekly_full_rehash, reverify_installed_hosts]
 # The main job: what `deploy-hosts discover` runs, runnable (and schedulable) from the UI too. Selecting the
 # assets themselves (not `AssetSelection.groups`) avoids that API's beta `include_sources` warning path.
 discovery_job = dg.define_asset_job(
-    "discovery_job",
+    DISCOVERY_JOB,
     selection=dg.AssetSelection.assets(*DISCOVERY_ASSETS),
     description="Inventory, host keys, observations, checkpoint digests and the discovered config set",
 )
 # What `deploy-hosts prepare` runs: source bundle, role environments and manifest, with their checks.
 prepare_job = dg.define_asset_job(
-    "prepare_job",
+    PREPARE_JOB,
     selection=dg.AssetSelection.assets(prepare_deployment),
     description="One verified deployment directory from the discovered config set",
 )

@@ -26,9 +26,9 @@ if [[ "${BASH_SOURCE[0]}" == "$0" && "${1:-}" == relock ]]; then
   "$python_bin" -m venv "$scratch/venv"
   # No constraint at all while resolving (not even a machine-wide pip config one): the newest compatible set.
   PIP_CONSTRAINT=/dev/null "$scratch/venv/bin/python" -m pip install "${pip_quiet[@]}" --upgrade pip setuptools
-  PIP_CONSTRAINT=/dev/null "$scratch/venv/bin/python" -m pip install "${pip_quiet[@]}" -e "$repo[test]"
+  PIP_CONSTRAINT=/dev/null "$scratch/venv/bin/python" -m pip install "${pip_quiet[@]}" -e "$repo[test]" -e "$repo/fleet-sim"
   { sed -n '1,2p' "$repo/constraints.txt"
-    "$scratch/venv/bin/python" -m pip freeze --all --exclude-editable | grep -v '^narwhal[-_]assets'
+    "$scratch/venv/bin/python" -m pip freeze --all --exclude-editable | grep -vE '^narwhal[-_](assets|fleetsim)'
   } > "$scratch/constraints.txt"
   mv "$scratch/constraints.txt" "$repo/constraints.txt"
   rm -rf "$scratch"
@@ -41,7 +41,8 @@ if [ ! -x "$repo/.venv/bin/python" ]; then
   "$python_bin" -m venv "$repo/.venv"
 fi
 "$repo/.venv/bin/python" -m pip install "${pip_quiet[@]}" --upgrade pip setuptools
-"$repo/.venv/bin/python" -m pip install "${pip_quiet[@]}" -e "$repo[test]"
+# The simulated fleet is its own distribution (tests, benchmarks and the demo use it; the product wheel does not).
+"$repo/.venv/bin/python" -m pip install "${pip_quiet[@]}" -e "$repo[test]" -e "$repo/fleet-sim"
 unset PIP_CONSTRAINT
 export PATH="$repo/.venv/bin:$PATH"
 export DAGSTER_DISABLE_TELEMETRY=1

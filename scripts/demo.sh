@@ -12,7 +12,7 @@ checkout="$demo/checkout"
 
 stop_fleet() {
   if [ -f "$fleet_dir/fleet.json" ]; then
-    "$repo/.venv/bin/python" -m narwhal_assets.fleetsim stop --dir "$fleet_dir"
+    "$repo/.venv/bin/python" -m fleetsim stop --dir "$fleet_dir"
   fi
   rm -rf "$fleet_dir"
 }
@@ -33,7 +33,7 @@ mkdir -p "$demo"
 git clone -q "$repo" "$checkout"
 chmod 0700 "$demo" "$checkout"
 # The demo checkout's .env: destinations of the simulated hosts plus the engine settings.
-python -m narwhal_assets.fleetsim start --dir "$fleet_dir" > "$checkout/.env"
+python -m fleetsim start --dir "$fleet_dir" > "$checkout/.env"
 cat >> "$checkout/.env" <<'ENV'
 NARWHAL_ENGINE_IMAGE=narwhal/inference-engine:2025.11
 NARWHAL_ENGINE_MODEL_NAME=demo-model
@@ -42,7 +42,7 @@ NARWHAL_RUN_DIR=/var/tmp/narwhal-run
 NARWHAL_FABRIC_INTERFACE=fab0
 # The simulated hosts have no package index: link the checkout into .venv, then import from it.
 NARWHAL_REMOTE_INSTALL="python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0], \"checkout.pth\").write_text(str(pathlib.Path.cwd()) + chr(10))'"
-NARWHAL_REMOTE_CHECK='python -I -c "import narwhal_assets.tools.fabric_budget"'
+NARWHAL_REMOTE_CHECK='python -I -c "import narwhal_assets.host.tools.fabric_budget"'
 ENV
 chmod 0600 "$checkout/.env"
 export DAGSTER_HOME="$checkout/runs/dagster"

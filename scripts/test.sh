@@ -5,6 +5,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/bootstrap.sh"
 cd "$repo"
 ruff check .
+lint-imports --no-cache
 set +e
 python -m pytest "$@"
 rc=$?

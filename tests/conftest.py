@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from narwhal_assets.fleetsim import missing_prerequisites
+from fleetsim import missing_prerequisites
 
 
 def require_fleet_prerequisites() -> None:

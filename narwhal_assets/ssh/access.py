@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 
 from narwhal_assets.core.errors import InputError, raise_if
-from narwhal_assets.core.inventory import HostEntry
-from narwhal_assets.core.settings import Settings
+from narwhal_assets.core.inputs.inventory import HostEntry
+from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.ssh.openssh import MAX_PASSWORD_BYTES
 from narwhal_assets.ssh.transport import (
     DEFAULT_ALIVE_COUNT,

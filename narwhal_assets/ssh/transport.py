@@ -7,7 +7,7 @@ Every step is bounded and every failure says which bound was hit: TCP connect, S
 exchange, and authentication each by `connect_timeout`; each command by its timeout and an output cap;
 the whole host (connect plus all its work in `map_hosts`) by `host_timeout`; and a peer that goes silent
 (cut link, frozen host) by keep-alives: a request every `alive_interval` seconds that must be answered
-within `alive_interval * alive_count` seconds. Remote commands run under `narwhal_assets.ssh.guard`, so a
+within `alive_interval * alive_count` seconds. Remote commands run under `narwhal_assets.host.guard`, so a
 command we stop (timeout, output cap, lost connection) or that exits leaves no process on the host.
 """
 
@@ -21,8 +21,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,6 +28,7 @@ import paramiko
 
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.host import program_source
 from narwhal_assets.ssh.destination import Endpoint, identity_candidates, resolve_endpoint
 from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode, Verdict
 
@@ -72,10 +71,9 @@ class CommandResult:
         return self.stdout.decode("utf-8", "replace")
 
 
-@cache
 def guard_source() -> str:
     """The guard program's source, exactly as shipped in the package."""
-    return resources.files(__package__).joinpath("guard.py").read_text(encoding="utf-8")
+    return program_source("guard.py")
 
 
 def guarded(command: str, limit: float) -> str:

@@ -19,7 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from narwhal_assets.core.errors import NarwhalError
-from narwhal_assets.privatefiles import FILE_MODE, ensure_private_dir, exclusive_lock, write_private
+from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir, exclusive_lock, write_private
 
 
 class TrustMode(StrEnum):

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import dagster as dg
 
-from narwhal_assets.assets.checks import (
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.definitions import defs
+from narwhal_assets.defs.discovery.checks import (
     GENERATED_FILES,
     PRIVATE_CHECK,
     known_hosts_cover_inventory,
     private_modes_result,
 )
-from narwhal_assets.core.settings import Settings
-from narwhal_assets.definitions import defs
-from narwhal_assets.resources import ManagementCheckout
+from narwhal_assets.defs.resources import ManagementCheckout
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBl0ZWNoZWNrLWtleS1mb3ItdGhlLWNoZWNrLXRlc3RzLTEyMzQ"
 

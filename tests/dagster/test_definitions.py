@@ -11,9 +11,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.definitions import defs
-from narwhal_assets.resources import ManagementCheckout
+from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.defs.resources import ManagementCheckout
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER = Path(sys.executable).parent / "dagster"

@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy
 from dagster._core.storage.sqlite_storage import DagsterSqliteStorage
 
-from narwhal_assets import instance_storage
-from narwhal_assets.runner import PREVIOUS_INSTANCE_YAML, instance_yaml, operator_instance
+from narwhal_assets.runtime import instance_storage
+from narwhal_assets.runtime.runner import PREVIOUS_INSTANCE_YAML, instance_yaml, operator_instance
 
 
 @dg.asset
@@ -96,6 +96,23 @@ def test_an_instance_written_by_an_earlier_version_or_for_another_directory_is_s
     config.write_text(edited)
     operator_instance(root)
     assert config.read_text() == edited
+
+
+def test_an_instance_written_before_the_layout_move_opens_and_keeps_its_history(root: Path) -> None:
+    """Its dagster.yaml names the storage module by its old path (`narwhal_assets.instance_storage`)."""
+    home = Path(os.environ["DAGSTER_HOME"])
+    instance = operator_instance(root)
+    run_id = JOB.execute_in_process(instance=instance).run_id
+    instance.dispose()
+    config = home / "dagster.yaml"
+    old = instance_yaml(home).replace("narwhal_assets.runtime.instance_storage", "narwhal_assets.instance_storage")
+    assert old != instance_yaml(home)
+    config.write_text(old)
+
+    reopened = operator_instance(root)
+    assert config.read_text() == instance_yaml(home)
+    assert reopened.get_run_by_id(run_id) is not None
+    assert reopened.get_latest_materialization_event(dg.AssetKey("downstream")) is not None
 
 
 def test_an_instance_opened_by_its_path_uses_its_own_files_whatever_dagster_home_says(root: Path) -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from narwhal_assets.assets.inventory import host_inventory
-from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.resources import ManagementCheckout
+from narwhal_assets.defs.discovery.inventory import host_inventory
+from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.defs.resources import ManagementCheckout
 
 DEST_A = "SENTINEL-DEST-ops@gpu-a.example"
 DEST_B = "SENTINEL-DEST-gpu-b"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets.privatefiles import non_private
+from narwhal_assets.local.privatefiles import non_private
 
 DAGSTER = Path(sys.executable).parent / "dagster"
 needs_cli = pytest.mark.skipif(not DAGSTER.exists(), reason="the dagster CLI is not installed beside python")

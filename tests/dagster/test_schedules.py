@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import dagster as dg
 import pytest
 
-from narwhal_assets.assets.install_checks import evaluate_installed, installation_outdated_sensor
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.definitions import defs
-from narwhal_assets.schedules import DEFAULT_REVERIFY_CRON, REVERIFY_CRON_VARIABLE, reverify_schedule
+from narwhal_assets.defs.installation.checks import evaluate_installed, installation_outdated_sensor
+from narwhal_assets.defs.schedules import DEFAULT_REVERIFY_CRON, REVERIFY_CRON_VARIABLE, reverify_schedule
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_the_schedule_is_stopped_on_a_cron_from_the_code_locations_environment()
         assert str(raised.value) == f"{REVERIFY_CRON_VARIABLE}: expected a cron expression of five fields, like " \
                                     f"'{DEFAULT_REVERIFY_CRON}'"  # fmt: skip
     env = {**os.environ, REVERIFY_CRON_VARIABLE: "15 2 * * 1"}
-    code = "from narwhal_assets.schedules import reverify_installed_hosts as s; print(s.cron_schedule)"
+    code = "from narwhal_assets.defs.schedules import reverify_installed_hosts as s; print(s.cron_schedule)"
     loaded = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
                             check=False)  # fmt: skip
     assert loaded.returncode == 0, loaded.stderr

@@ -16,13 +16,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from narwhal_assets.assets.discovery import OBSERVATIONS
-from narwhal_assets.assets.freshness import CHECK_NAME, discovery_freshness_sensor, evaluate_freshness
-from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.definitions import defs
-from narwhal_assets.resources import ManagementCheckout
-from narwhal_assets.schedules import weekly_full_rehash
-from narwhal_assets.sensors import inventory_sensor
+from narwhal_assets.defs.discovery.assets import OBSERVATIONS
+from narwhal_assets.defs.discovery.freshness import CHECK_NAME, discovery_freshness_sensor, evaluate_freshness
+from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.defs.resources import ManagementCheckout
+from narwhal_assets.defs.schedules import weekly_full_rehash
+from narwhal_assets.defs.sensors import inventory_sensor
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER = Path(sys.executable).parent / "dagster"

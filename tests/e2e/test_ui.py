@@ -22,16 +22,16 @@ from test_discovery import DESTINATIONS, PASSWORD, assert_nowhere
 from test_install import OFFLINE_CHECK, OFFLINE_INSTALL, manifest_of, partition_metadata, remote_dir
 from test_prepare import git_checkout, set_env
 
-from narwhal_assets.assets.deployment_status import CHECK_NAME as LIVE_CHECK
-from narwhal_assets.assets.install import INSTALLATION
-from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
-from narwhal_assets.assets.prepare import DEPLOYMENT_MANIFEST, latest_out
-from narwhal_assets.cli import main
-from narwhal_assets.core.envfile import shell_quote
+from fleetsim import SimFleet
+from narwhal_assets.cli.main import main
+from narwhal_assets.core.inputs.envfile import shell_quote
 from narwhal_assets.definitions import defs
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.privatefiles import write_private
-from narwhal_assets.runner import DAGSTER_HOME_DEFAULT, instance_yaml
+from narwhal_assets.defs.deployment.assets import DEPLOYMENT_MANIFEST, latest_out
+from narwhal_assets.defs.installation.assets import INSTALLATION
+from narwhal_assets.defs.installation.status import CHECK_NAME as LIVE_CHECK
+from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.local.privatefiles import write_private
+from narwhal_assets.runtime.runner import DAGSTER_HOME_DEFAULT, instance_yaml
 
 pytestmark = pytest.mark.fleet
 RUN_S = 600.0  # a run launched from the UI (discovery, prepare): one subprocess per step on 2 busy cores

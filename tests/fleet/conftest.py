@@ -1,4 +1,4 @@
-"""Fixtures for tests against simulated hosts (real sshd in network namespaces, see narwhal_assets.fleetsim)."""
+"""Fixtures for tests against simulated hosts (real sshd in network namespaces, see fleetsim)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from fleetsim.client import FleetSsh
 
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.fleetsim.client import FleetSsh
+from fleetsim import SimFleet
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

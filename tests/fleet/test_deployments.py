@@ -21,9 +21,9 @@ from test_discovery import HOST_IDS, PASSWORD, cli
 from test_install import NAMES, as_host_user, manifest_of, wait_for
 from test_prepare import git
 
-from narwhal_assets.cli import main
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.remote.install_protocol import DeploymentEntry
+from fleetsim import SimFleet
+from narwhal_assets.cli.main import main
+from narwhal_assets.protocols.install import DeploymentEntry
 
 fleet = test_discovery.fleet
 ssh_config = test_discovery.ssh_config

@@ -25,10 +25,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from narwhal_assets.checkout import Checkout
-from narwhal_assets.checkpoint_store import OBJECTS_DIR, load_checkpoint
-from narwhal_assets.cli import main
-from narwhal_assets.fleetsim import SimFleet
+from fleetsim import SimFleet
+from narwhal_assets.cli.main import main
+from narwhal_assets.local.checkout import Checkout
+from narwhal_assets.local.checkpoint_store import OBJECTS_DIR, load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "pw-SENTINEL-d15c0v3ry-41c9"
@@ -578,7 +578,7 @@ def test_concurrent_discoveries_each_publish_their_own_observations_as_named_run
 def test_enrolling_alone_commits_nothing_when_a_host_fails(checkout: Path, fleet: SimFleet) -> None:
     """The trust-store-only path (`ssh_known_hosts` selected alone) records no key unless every host enrolled."""
     from narwhal_assets.core.errors import NarwhalError
-    from narwhal_assets.runner import run_job
+    from narwhal_assets.runtime.runner import run_job
 
     with stopped(fleet, "h3"), pytest.raises(NarwhalError, match="node-3"):
         run_job(checkout, "discovery_job", "test", assets=["host_inventory", "ssh_known_hosts"])

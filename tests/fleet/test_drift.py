@@ -19,6 +19,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster._core.scheduler.instigation import InstigatorTick, TickStatus
+from fleetsim.hardware import image_inspect_object, write_tools
 from test_discovery import (  # the shared fleet, checkout and helpers
     MODEL,
     PASSWORD,
@@ -32,11 +33,10 @@ from test_discovery import (  # the shared fleet, checkout and helpers
     ssh_config,
 )
 
+from fleetsim import SimFleet
 from narwhal_assets.definitions import defs
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.fleetsim.hardware import image_inspect_object, write_tools
-from narwhal_assets.resources import ManagementCheckout, SshSettings
-from narwhal_assets.sensors import rediscovery_sensor
+from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
+from narwhal_assets.defs.sensors import rediscovery_sensor
 
 __all__ = ["checkout", "fleet", "ssh_config"]  # fixtures, re-used by name
 REPO = Path(__file__).resolve().parents[2]

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets.checkout import Checkout
-from narwhal_assets.cli import main
-from narwhal_assets.core.envfile import render_exports
+from fleetsim import SimFleet
+from narwhal_assets.cli.main import main
+from narwhal_assets.core.inputs.envfile import render_exports
+from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.core.jsonfile import load_json_model, render_json
-from narwhal_assets.core.launch import engine_launch_file
-from narwhal_assets.core.launch_models import EngineLaunchConfig
-from narwhal_assets.core.settings import Settings
-from narwhal_assets.fleetsim import SimFleet
+from narwhal_assets.core.launch.launch_records import engine_launch_file
+from narwhal_assets.core.launch.models import EngineLaunchConfig
+from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.transport import HostConnection
 from narwhal_assets.ssh.trust import TrustMode
@@ -50,7 +50,7 @@ def discovered(tmp_path: Path, sim_fleet_factory: Callable[..., SimFleet]) -> tu
 
 
 def launcher_source() -> bytes:
-    return resources.files("narwhal_assets.tools").joinpath("launch_engine.py").read_bytes()
+    return resources.files("narwhal_assets.host.tools").joinpath("launch_engine.py").read_bytes()
 
 
 def install_launcher(connection: HostConnection, root: Path, source: bytes) -> str:

@@ -28,7 +28,7 @@ import pytest
 from test_discovery import MODEL, MODEL_CONFIG, WEIGHTS, make_checkout, read_json, run_dirs, snapshot
 from test_faults import STALL, host_tool, started_marker, when_started
 
-from narwhal_assets.fleetsim import SimFleet
+from fleetsim import SimFleet
 
 HOSTS = [f"h{n}" for n in range(1, 9)]
 ROLES = {"router": "h1", **{f"engine-{n}": f"h{n}" for n in range(1, 9)}}

@@ -34,15 +34,15 @@ from test_discovery import (  # the shared fleet fixtures and checkout helpers
     ssh_config,
 )
 
-from narwhal_assets.checkout import Checkout
-from narwhal_assets.core.settings import Settings
-from narwhal_assets.discovery import PROBE_COMMAND
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.rediscovery import DRIFT_COMMAND
-from narwhal_assets.remote.install_protocol import BOOTSTRAP
+from fleetsim import SimFleet
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.local.checkout import Checkout
+from narwhal_assets.protocols.install import BOOTSTRAP
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.transport import DEFAULT_OUTPUT_LIMIT, HostConnection, SshFailure
 from narwhal_assets.ssh.trust import TrustMode
+from narwhal_assets.workflows.discover import PROBE_COMMAND
+from narwhal_assets.workflows.rediscover import DRIFT_COMMAND
 
 __all__ = ["fleet", "ssh_config"]  # fixtures used by this module's tests
 FAST_ALIVE = {"NARWHAL_SSH_ALIVE_INTERVAL": "1", "NARWHAL_SSH_ALIVE_COUNT": "3"}

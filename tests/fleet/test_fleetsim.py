@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleetsim.client import FleetSsh
+from fleetsim.state import FleetState
 
-from narwhal_assets.core.envfile import parse_env_text
-from narwhal_assets.fleetsim import FleetError, SimFleet, fake_docker, fake_nvidia_smi, hardware
-from narwhal_assets.fleetsim import fleet as fleet_module
-from narwhal_assets.fleetsim.client import FleetSsh
-from narwhal_assets.fleetsim.state import FleetState
+from fleetsim import FleetError, SimFleet, fake_docker, fake_nvidia_smi, hardware
+from fleetsim import fleet as fleet_module
+from narwhal_assets.core.inputs.envfile import parse_env_text
 
 FLEET_SPACE = ipaddress.ip_network("198.18.0.0/15")
 PASSWORD = "demo pass: 'quoted' & $not-expanded"
@@ -290,7 +290,7 @@ def test_close_removes_everything_it_created(sim_fleet_factory: Factory, make_ss
 @pytest.mark.fleet
 def test_demo_cli_leaves_a_running_fleet_that_stop_removes(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
-    cli = [sys.executable, "-m", "narwhal_assets.fleetsim"]
+    cli = [sys.executable, "-m", "fleetsim"]
     started = subprocess.run([*cli, "start", "--dir", str(directory)], capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, started.stderr
     state: dict[str, Any] = json.loads((directory / "fleet.json").read_text())

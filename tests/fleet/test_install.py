@@ -33,9 +33,9 @@ from test_discovery import DESTINATIONS, HOST_IDS, PASSWORD, assert_nowhere, cli
 from test_faults import GUARD, KEEPALIVE_LOST, gone, host_tool
 from test_prepare import git_checkout, set_env
 
-from narwhal_assets.cli import main
-from narwhal_assets.core.manifest import DeploymentManifest
-from narwhal_assets.fleetsim import SimFleet, system
+from fleetsim import SimFleet, system
+from narwhal_assets.cli.main import main
+from narwhal_assets.core.deployment.manifest import DeploymentManifest
 
 # The discovery tests' module-scoped fleet and ssh config, as fixtures of this module too.
 fleet = test_discovery.fleet

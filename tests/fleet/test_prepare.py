@@ -36,18 +36,18 @@ from test_discovery import (  # the discovery tests' fleet, checkout and helpers
     ssh_config,
 )
 
-from narwhal_assets.assets.prepare import (
+from fleetsim import SimFleet
+from narwhal_assets.cli.main import main
+from narwhal_assets.definitions import defs
+from narwhal_assets.defs.deployment.assets import (
     OP_NAME,
     bundle_clones_to_revision,
     prepare_deployment,
     prepared_files_hold_no_access,
     prepared_files_private,
 )
-from narwhal_assets.cli import main
-from narwhal_assets.definitions import defs
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.resources import ManagementCheckout
-from narwhal_assets.runner import operator_instance
+from narwhal_assets.defs.resources import ManagementCheckout
+from narwhal_assets.runtime.runner import operator_instance
 
 __all__ = ["fleet", "ssh_config"]  # module-scoped fixtures shared with the discovery tests
 
@@ -164,7 +164,7 @@ def test_prepare_writes_the_layout_from_the_fleets_truth(
         peers = {f"NARWHAL_NODE_{m}_IP": fleet.host(other).fabric_address for m, other in ENGINE_HOSTS.items()}
         tools = {}
         for tool, variable in TOOL_VARS.items():
-            data = resources.files("narwhal_assets.tools").joinpath(tool).read_bytes()
+            data = resources.files("narwhal_assets.host.tools").joinpath(tool).read_bytes()
             assert files[f"{host_id}/{tool}"] == data
             tools |= {variable: f"runs/deployment-tools/{tool}", f"{variable}_SHA256": hashlib.sha256(data).hexdigest()}
         assert env == {

@@ -19,14 +19,14 @@ from dagster._utils.test.data_versions import get_stale_status_resolver  # Dagst
 from test_discovery import cli
 from test_install import install, manifest_of, outcomes, remote_dir
 
-from narwhal_assets.assets.install import INSTALLATION, host_installation
-from narwhal_assets.assets.install_checks import CHECK_NAME, evaluate_installed, installation_outdated_sensor
-from narwhal_assets.assets.prepare import prepare_deployment
+from fleetsim import SimFleet
 from narwhal_assets.definitions import defs
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.installation import HostInstallFailure
-from narwhal_assets.runner import run_job
-from narwhal_assets.schedules import reverify_installed_hosts
+from narwhal_assets.defs.deployment.assets import prepare_deployment
+from narwhal_assets.defs.installation.assets import INSTALLATION, host_installation
+from narwhal_assets.defs.installation.checks import CHECK_NAME, evaluate_installed, installation_outdated_sensor
+from narwhal_assets.defs.schedules import reverify_installed_hosts
+from narwhal_assets.runtime.runner import run_job
+from narwhal_assets.workflows.install import HostInstallFailure
 
 fleet = test_install.fleet
 ssh_config = test_install.ssh_config

@@ -22,12 +22,12 @@ import dagster as dg
 import pexpect
 import pytest
 
-from narwhal_assets.checkout import Checkout
-from narwhal_assets.cli import main
+from fleetsim import SimFleet
+from narwhal_assets.cli.main import main
 from narwhal_assets.core.errors import NarwhalError
-from narwhal_assets.core.settings import Settings
-from narwhal_assets.fleetsim import SimFleet
-from narwhal_assets.runner import run_job
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.local.checkout import Checkout
+from narwhal_assets.runtime.runner import run_job
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.openssh import openssh_command
@@ -170,8 +170,8 @@ def test_rotated_key_is_refused_in_both_modes_and_trust_replaces_only_that_entry
 ENROL_SCRIPT = """
 import sys
 from pathlib import Path
-from narwhal_assets.core.settings import Settings
-from narwhal_assets.checkout import Checkout
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.trust import TrustMode
 root, hosts = Path(sys.argv[1]), sys.argv[2].split(",")

@@ -18,7 +18,7 @@ import pytest
 from fleet.test_discovery import DESTINATIONS, PASSWORD, assert_nowhere, make_checkout
 from pgserver import PgServer
 
-from narwhal_assets.fleetsim import SimFleet
+from fleetsim import SimFleet
 
 pytestmark = pytest.mark.fleet
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from narwhal_assets.core.inventory import HostEntry, Inventory
-from narwhal_assets.core.observations import (
+from narwhal_assets.core.discovery.observations import (
     Gpu,
     HostObservation,
     ImageObservation,
@@ -15,7 +14,8 @@ from narwhal_assets.core.observations import (
     NetInterface,
     RdmaPort,
 )
-from narwhal_assets.core.settings import Layer, Settings
+from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
+from narwhal_assets.core.inputs.settings import Layer, Settings
 
 IMAGE_ID = "sha256:" + "a" * 64
 CONFIG_SHA = "c" * 64

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets.checkpoint_store import load_checkpoint, objects_dir, prune_discovery_runs, save_checkpoint
-from narwhal_assets.core.digests import tree_digest
+from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.observations import CheckpointDigest, CheckpointFile
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.jsonfile import render_json
-from narwhal_assets.core.observations import CheckpointDigest, CheckpointFile
+from narwhal_assets.local.checkpoint_store import load_checkpoint, objects_dir, prune_discovery_runs, save_checkpoint
 
 OLD = time.time() - 3 * 24 * 3600
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets.checkout import Checkout
-from narwhal_assets.cli import main
+from narwhal_assets.cli.main import main
+from narwhal_assets.local.checkout import Checkout
 
 DEST_1 = "SENTINEL-DEST-ops@gpu-a.example"
 DEST_2 = "SENTINEL-DEST-gpu-b-alias"

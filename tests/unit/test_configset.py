@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets import configset
-from narwhal_assets.core.settings import Settings
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.local import configset
 
 NAMES = ("deployment.env", "engine-launch.local.json", "fleet.json", "ssh.known_hosts")
 
@@ -79,8 +79,8 @@ def test_a_failure_at_any_replace_keeps_the_previous_set(
 KILLER = """
 import os, signal, sys
 from pathlib import Path
-from narwhal_assets import configset
-from narwhal_assets.core.settings import Settings
+from narwhal_assets.local import configset
+from narwhal_assets.core.inputs.settings import Settings
 root, kill_at = Path(sys.argv[1]), int(sys.argv[2])
 real_replace, calls = os.replace, [0]
 def replace(src, dst):

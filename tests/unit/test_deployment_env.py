@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from launch_fixtures import CONFIG_SHA, IMAGE_ID, make_settings, observation, two_hosts
 
-from narwhal_assets.core.deployment_env import build_deployment_env, render_deployment_env
-from narwhal_assets.core.envfile import parse_env_text
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.inputs.envfile import parse_env_text
+from narwhal_assets.core.launch.deployment_env import build_deployment_env, render_deployment_env
 
 
 def env_for(settings=None, hosts=None) -> dict[str, str]:

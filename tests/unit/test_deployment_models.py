@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from narwhal_assets.remote.install_protocol import ENTRY_LIMIT, ReportError, parse_install_report
+from narwhal_assets.protocols.install import ENTRY_LIMIT, ReportError, parse_install_report
 
 ID = "0123456789abcdef0123456789abcdef"
 

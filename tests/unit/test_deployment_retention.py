@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from narwhal_assets.core.deployment_retention import (
+from narwhal_assets.core.deployment.live import Recorded, drifting
+from narwhal_assets.core.deployment.prune import (
     HostDirectory,
     PreparedRunInfo,
     host_directories_to_remove,
     prepared_runs_to_remove,
 )
-from narwhal_assets.core.live_deployments import Recorded, drifting
 
 
 def installed(name: str, at: float, current: bool = False) -> HostDirectory:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dagster as dg
 
-from narwhal_assets.assets.deployment_status import live_matches_installed, record_statuses
-from narwhal_assets.assets.install import INSTALLATION
-from narwhal_assets.assets.partitions import HOSTS_PARTITIONS_NAME
-from narwhal_assets.deployments import HostStatus
-from narwhal_assets.remote.install_protocol import DeploymentEntry
+from narwhal_assets.defs.installation.assets import INSTALLATION
+from narwhal_assets.defs.installation.status import live_matches_installed, record_statuses
+from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.protocols.install import DeploymentEntry
+from narwhal_assets.workflows.deployments import HostStatus
 
 A, B = "a" * 32, "b" * 32
 

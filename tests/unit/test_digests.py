@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from narwhal_assets.core.digests import (
+from narwhal_assets.core.discovery.digests import (
     _check_entry,
     compare_replicas,
     first_difference,
@@ -20,8 +20,8 @@ from narwhal_assets.core.digests import (
     tree_listing,
     verify_digest,
 )
+from narwhal_assets.core.discovery.observations import CheckpointDigest, CheckpointFile
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.observations import CheckpointDigest, CheckpointFile
 
 SHELL_TREE_DIGEST = "find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum -- | sha256sum"
 

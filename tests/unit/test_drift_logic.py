@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets.core.drift import DriftSnapshot, FileStat, ModelStat, compare_host, fabric_addresses
-from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.observations import (
+from narwhal_assets.core.discovery.drift import DriftSnapshot, FileStat, ModelStat, compare_host, fabric_addresses
+from narwhal_assets.core.discovery.observations import (
     CheckpointDigest,
     CheckpointFile,
     Gpu,
@@ -23,8 +22,9 @@ from narwhal_assets.core.observations import (
     NetAddress,
     NetInterface,
 )
-from narwhal_assets.core.watch import host_diff, input_states, parse_duration, rediscovery_reasons
-from narwhal_assets.remote import drift as drift_probe
+from narwhal_assets.core.discovery.watch import host_diff, input_states, parse_duration, rediscovery_reasons
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.host import drift_probe
 
 FP = "SHA256:old"
 IMAGE = "sha256:" + "a" * 64

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from narwhal_assets.core.envfile import load_env_file, parse_env_text, render_exports, shell_quote
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.inputs.envfile import load_env_file, parse_env_text, render_exports, shell_quote
 
 SRC = "f.env"
 SENTINEL = "S3NT1NEL-value-9f2c"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from narwhal_assets.checkout import Checkout
-from narwhal_assets.core.inventory import load_inventory
-from narwhal_assets.core.settings import Settings
+from narwhal_assets.core.inputs.inventory import load_inventory
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.local.checkout import Checkout
 
 REPO = Path(__file__).resolve().parents[2]
 

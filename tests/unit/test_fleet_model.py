@@ -8,10 +8,10 @@ import pytest
 from launch_fixtures import colocated, gpu, make_settings, observation, two_hosts
 
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.fleet import Fleet, build_fleet, fleet_references
-from narwhal_assets.core.inventory import HostEntry, Inventory
+from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.jsonfile import render_json
-from narwhal_assets.core.launch import build_launch_config
+from narwhal_assets.core.launch.fleet import Fleet, build_fleet, fleet_references
+from narwhal_assets.core.launch.launch_records import build_launch_config
 
 
 def fleet_for(settings=None, hosts=None) -> Fleet:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from narwhal_assets.core.errors import InputError, NarwhalError
-from narwhal_assets.gitsource import bundle_head, create_bundle, resolve_commit, tree_paths
+from narwhal_assets.local.gitsource import bundle_head, create_bundle, resolve_commit, tree_paths
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 pytestmark = needs_git

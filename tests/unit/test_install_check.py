@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.install_check import (
+from narwhal_assets.core.deployment.manifest import DeploymentManifest, ManifestHost, PreparedFile, remote_dir_for
+from narwhal_assets.core.deployment.manifest_check import (
     CurrentAccess,
     destination_sha256,
     expected_targets,
     load_manifest,
     verify_manifest,
 )
-from narwhal_assets.core.inventory import HostEntry, Inventory
-from narwhal_assets.core.manifest import DeploymentManifest, ManifestHost, PreparedFile, remote_dir_for
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 
 REVISION = "a" * 40
 DEPLOYMENT = "0123456789abcdef0123456789abcdef"

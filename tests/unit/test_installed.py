@@ -1,6 +1,6 @@
 """The rule shared by the installed-from-latest check and the re-verification schedule."""
 
-from narwhal_assets.core.installed import CURRENT, NEVER, OUTDATED, HostState, Installed, compare_installed
+from narwhal_assets.core.deployment.installed import CURRENT, NEVER, OUTDATED, HostState, Installed, compare_installed
 
 
 def test_hosts_are_current_outdated_or_never_installed_in_host_order() -> None:

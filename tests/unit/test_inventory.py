@@ -11,9 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from narwhal_assets.checkout import Checkout
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.inventory import (
+from narwhal_assets.core.inputs.inventory import (
     HostEntry,
     Inventory,
     derive_inventory,
@@ -22,7 +21,8 @@ from narwhal_assets.core.inventory import (
     load_inventory,
     validate_inventory,
 )
-from narwhal_assets.core.settings import Settings
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.local.checkout import Checkout
 
 # Destination values and passwords are sentinels: none may ever appear in a file or message.
 A = "SENTINEL-DEST-a@mgmt-a.example"

@@ -10,7 +10,7 @@ from launch_fixtures import IMAGE_ID, colocated, gpu, make_settings, observation
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.jsonfile import render_json
-from narwhal_assets.core.launch import (
+from narwhal_assets.core.launch.launch_records import (
     EngineLaunchConfig,
     EngineLaunchFile,
     build_launch_config,
@@ -18,7 +18,7 @@ from narwhal_assets.core.launch import (
     launch_sources,
     resolve_engine_field,
 )
-from narwhal_assets.core.policy import FIELDS, REQUIRED_FIELDS, SourceLayer
+from narwhal_assets.core.launch.policy import FIELDS, REQUIRED_FIELDS, SourceLayer
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "launch-policy.md"
 NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'

@@ -8,8 +8,8 @@ import pytest
 
 from narwhal_assets.core import limits
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.policy import resolve_engine_field
-from narwhal_assets.core.settings import PATH_DEFAULTS
+from narwhal_assets.core.inputs.settings import PATH_DEFAULTS
+from narwhal_assets.core.launch.policy import resolve_engine_field
 from tests.unit.launch_fixtures import make_settings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "limits.md"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from narwhal_assets.core.digests import tree_digest
+from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.observations import CheckpointDigest, CheckpointFile
 from narwhal_assets.core.errors import InputError, NarwhalError
-from narwhal_assets.core.observations import CheckpointDigest, CheckpointFile
-from narwhal_assets.remote.parse import (
+from narwhal_assets.protocols.probe_report import (
     MAX_PROBLEMS,
     ProbeOutputError,
     command_log,

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from narwhal_assets.privatefiles import exclusive_lock, non_private, write_private
+from narwhal_assets.local.privatefiles import exclusive_lock, non_private, write_private
 
 TRY_LOCK = """
 import fcntl, os, sys

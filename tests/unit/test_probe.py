@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from narwhal_assets.core.digests import tree_digest
+from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.observations import CheckpointFile
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.observations import CheckpointFile
-from narwhal_assets.discovery import PROBE_COMMAND
-from narwhal_assets.remote import previous_hashes, probe_params, probe_script, probe_source
-from narwhal_assets.remote import probe as probe_module
-from narwhal_assets.remote.parse import ProbeOutputError, parse_probe_output
+from narwhal_assets.host import probe as probe_module
+from narwhal_assets.protocols.probe import previous_hashes, probe_params, probe_script, probe_source
+from narwhal_assets.protocols.probe_report import ProbeOutputError, parse_probe_output
+from narwhal_assets.workflows.discover import PROBE_COMMAND
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NVIDIA_FIXTURE = FIXTURES / "nvidia-smi-query-h200x8.csv"

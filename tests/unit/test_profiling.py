@@ -8,10 +8,10 @@ import pytest
 from launch_fixtures import make_settings, two_hosts
 
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.fleet import Fleet, build_fleet
 from narwhal_assets.core.jsonfile import render_json
-from narwhal_assets.core.launch import EngineLaunchConfig, build_launch_config
-from narwhal_assets.core.profiling import build_profiling_limits, max_num_seqs
+from narwhal_assets.core.launch.fleet import Fleet, build_fleet
+from narwhal_assets.core.launch.launch_records import EngineLaunchConfig, build_launch_config
+from narwhal_assets.core.launch.profiling import build_profiling_limits, max_num_seqs
 
 RECORDS = "/checkout/config/launch records.json"
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from narwhal_assets.remote.install import files_sha256
-from narwhal_assets.remote.install_protocol import (
+from narwhal_assets.host.installer import files_sha256
+from narwhal_assets.protocols.install import (
     BOOTSTRAP,
     InstallReport,
     ReportError,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from narwhal_assets.core.discovery.retention import RunInfo, keep_runs, objects_to_remove, runs_to_remove
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.retention import RunInfo, keep_runs, objects_to_remove, runs_to_remove
 
 NOW = 1_000_000.0
 STALE = NOW - 7200

@@ -10,15 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_envfile import HYPO, VALUES, bash_view, needs_bash
 
-from narwhal_assets.core.access_secrets import Needle
-from narwhal_assets.core.deployment_files import PublishedSet, host_files
+from narwhal_assets.core.deployment.layout import PublishedSet, host_files
+from narwhal_assets.core.deployment.prepare_inputs import check_revision, discovery_inputs_digest, private_tree_paths
+from narwhal_assets.core.deployment.role_env import ExportInputs, RoleEnvironment, build_role_environments, role_sources
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.fleet import EngineCredential, Fleet, FleetEngine, Hardware
-from narwhal_assets.core.inventory import HostEntry, Inventory
-from narwhal_assets.core.launch_models import EngineLaunchConfig
-from narwhal_assets.core.prepare_inputs import check_revision, discovery_inputs_digest, private_tree_paths
-from narwhal_assets.core.role_env import ExportInputs, RoleEnvironment, build_role_environments, role_sources
-from narwhal_assets.core.settings import Layer, Settings
+from narwhal_assets.core.inputs.access_secrets import Needle
+from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
+from narwhal_assets.core.inputs.settings import Layer, Settings
+from narwhal_assets.core.launch.fleet import EngineCredential, Fleet, FleetEngine, Hardware
+from narwhal_assets.core.launch.models import EngineLaunchConfig
 
 DEST_1 = "ops@SENTINEL-dest-one.example"
 DEST_2 = "SENTINEL-dest-two"

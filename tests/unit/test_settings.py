@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.settings import PATH_DEFAULTS, Layer, Settings
+from narwhal_assets.core.inputs.settings import PATH_DEFAULTS, Layer, Settings
 
 
 def checkout(tmp_path: Path, dotenv: str = "", deployment_env: str = "") -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.settings import Settings
+from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.ssh.access import make_connector, transport_bounds
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.openssh import MAX_PASSWORD_BYTES, openssh_command

@@ -16,10 +16,10 @@ import pytest
 from launch_fixtures import make_settings, two_hosts
 
 from narwhal_assets.core.jsonfile import render_json
-from narwhal_assets.core.launch import build_launch_config, engine_launch_file
-from narwhal_assets.tools import cache_capture_hook, fabric_budget
+from narwhal_assets.core.launch.launch_records import build_launch_config, engine_launch_file
+from narwhal_assets.host.tools import cache_capture_hook, fabric_budget
 
-TOOLS = Path(__file__).resolve().parents[2] / "narwhal_assets" / "tools"
+TOOLS = Path(__file__).resolve().parents[2] / "narwhal_assets" / "host" / "tools"
 LLAMA_8B = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
             "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
 DEEPSEEK_V3 = {"num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,

@@ -1,0 +1,1 @@
+"""`deploy-hosts`: argument parsing and output, one module per command group."""

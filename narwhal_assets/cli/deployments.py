@@ -1,0 +1,154 @@
+"""`deploy-hosts status`, `rollback` and `prune`: which deployment each host runs, going back, cleaning up.
+
+`status` reads every selected host over one strict connection (read-only), records each host's live
+deployment as an observation of its `host_installation` partition and the drift check's evaluation, then
+prints a table (or `--json`); exit 1 when a host could not be read, something is tampered or drifting.
+`rollback --run DIR` runs `install_job` in `activate` mode per host: the prepared run must still be complete
+and untampered there (nothing is sent), then `current` moves to it. `prune --keep N` removes old deployment
+directories on hosts (never `current`, never a locked one) and prepared runs on this workstation that no
+host holds any more; `--dry-run` only lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from narwhal_assets.cli.install import add_run_arguments, add_selection, run_partitions
+from narwhal_assets.core.errors import InputError, NarwhalError
+
+if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast --help)
+    from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.workflows.deployments import HostStatus, PreparedRecord
+
+EXIT_FAILED = 1
+SHORT = 12
+
+
+def _short(value: str | None) -> str:
+    return (value or "-")[:SHORT]
+
+
+def _read(args: argparse.Namespace) -> tuple[Checkout, list[HostStatus], list[PreparedRecord]]:
+    """The checkout, every selected host's status (in inventory order) and the workstation's prepared runs."""
+    from narwhal_assets.defs.resources import SshSettings
+    from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.ssh.trust import TrustMode
+    from narwhal_assets.workflows.deployments import fleet_status, prepared_runs
+
+    checkout = Checkout.open(args.root)
+    entries = checkout.select(args.host or (), args.role or ())
+    connector = SshSettings().connector(checkout.settings, TrustMode.STRICT)
+    runs = prepared_runs(checkout.settings)
+    return checkout, fleet_status(connector, checkout.settings, entries, runs), runs
+
+
+def status(args: argparse.Namespace) -> int:
+    from narwhal_assets.cli.install import instance_with_hosts
+    from narwhal_assets.defs.installation.status import record_statuses
+
+    checkout, statuses, _ = _read(args)
+    instance = instance_with_hosts(args.root, checkout.inventory.host_ids())
+    drifted, evaluation = record_statuses(instance, statuses)
+    selected = {s.host_id for s in statuses}
+    problems = [p for s in statuses for p in s.problems()]
+    problems += [f"host {h}: runs another deployment than the one last installed there (check "
+                 f"{evaluation.check_name})" for h in drifted if h in selected]  # fmt: skip
+    if args.json:
+        print(json.dumps({"hosts": [s.as_json() for s in statuses], "drifting": drifted,
+                          "check": {"name": evaluation.check_name, "passed": evaluation.passed}}))  # fmt: skip
+    else:
+        _print_table(statuses)
+    for problem in problems:
+        print(f"deploy-hosts status: {problem}", file=sys.stderr)
+    return EXIT_FAILED if problems else 0
+
+
+def _print_table(statuses: list[HostStatus]) -> None:
+    print(f"{'HOST':<10} {'ROLES':<18} {'CURRENT':<12} {'REVISION':<12} {'STATE':<10} {'CHECK':<9} DIRECTORIES")
+    for s in statuses:
+        if s.error is not None:
+            print(f"{s.host_id:<10} {','.join(s.roles):<18} unreachable: {s.error}")
+            continue
+        live = s.live
+        print(f"{s.host_id:<10} {','.join(s.roles):<18} {_short(s.current):<12} {_short(live and live.revision):<12} "
+              f"{(live.state if live else 'none'):<10} {(live.check if live else '-'):<9} {len(s.deployments)}")
+        for d in s.deployments:
+            mark = " (current)" if d.name == s.current else ""
+            print(f"  {d.name:<32} {d.state:<10} {d.check:<9} revision {_short(d.revision)}{mark}")
+
+
+def rollback(args: argparse.Namespace) -> int:
+    return run_partitions(args, "activate", "rollback")
+
+
+def prune(args: argparse.Namespace) -> int:
+    from narwhal_assets.defs.resources import SshSettings
+    from narwhal_assets.protocols.install import terminal_safe
+    from narwhal_assets.ssh.trust import TrustMode
+    from narwhal_assets.workflows.deployments import (
+        host_prune_plan,
+        prune_host,
+        remove_prepared_run,
+        workstation_prune_plan,
+    )
+
+    if args.keep < 1:
+        raise InputError(["--keep: must be 1 or more"])
+    checkout, statuses, runs = _read(args)
+    every_host = not args.host and not args.role
+    plans = {s.host_id: host_prune_plan(s, args.keep) for s in statuses if s.error is None}
+    failed = [f"host {s.host_id}: {s.error}" for s in statuses if s.error is not None]
+    verb = "would remove" if args.dry_run else "removing"
+    for s in statuses:
+        for name in plans.get(s.host_id, []):
+            entry = s.entry(name)
+            print(f"  {s.host_id:<10} {verb} ~/Narwhal-deploy/{name} ({entry.state if entry else '?'}, revision "
+                  f"{_short(entry.revision if entry else None)})")  # fmt: skip
+    removed: dict[str, list[str]] = dict(plans) if args.dry_run else {}
+    if not args.dry_run:
+        connector = SshSettings().connector(checkout.settings, TrustMode.STRICT)
+        entries = {e.id: e for e in checkout.inventory.hosts}
+        for host_id, plan in plans.items():
+            if not plan:
+                continue
+            try:
+                report = prune_host(connector, checkout.settings, entries[host_id], plan)
+            except NarwhalError as exc:  # this host only; the others go on
+                failed.append(f"host {host_id}: prune failed: {terminal_safe(str(exc))}")
+                continue
+            removed[host_id] = list(report.removed)
+            for name, reason in report.kept.items():
+                print(f"  {host_id:<10} kept ~/Narwhal-deploy/{name}: {reason}")
+    doomed = workstation_prune_plan(runs, args.keep, statuses, removed) if every_host and not failed else []
+    for run in doomed:
+        print(f"  workstation {verb} {run.run_dir} (deployment {run.manifest.deployment_id})")
+        if not args.dry_run:
+            remove_prepared_run(run)
+    if not every_host or failed:
+        print("  workstation: prepared runs kept (only a status of every host tells which are unused)")
+    if args.dry_run:
+        print("dry run: nothing was removed")
+    for problem in failed:
+        print(f"deploy-hosts prune: {problem}", file=sys.stderr)
+    return EXIT_FAILED if failed else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    st = sub.add_parser("status", help="which deployment each selected host runs (read-only)", description=__doc__)
+    add_selection(st)
+    st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    st.set_defaults(func=status)
+    rb = sub.add_parser("rollback", help="make a previously installed prepared run current again (install_job, "
+                        "activate mode)", description=__doc__)  # fmt: skip
+    add_run_arguments(rb)
+    rb.set_defaults(func=rollback)
+    pr = sub.add_parser("prune", help="remove old deployment directories on hosts and unused prepared runs",
+                        description=__doc__)  # fmt: skip
+    pr.add_argument("--keep", type=int, required=True, metavar="N", help="deployments kept per host (current "
+                    "included) and newest prepared runs kept on this workstation")  # fmt: skip
+    pr.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
+    add_selection(pr)
+    pr.set_defaults(func=prune)

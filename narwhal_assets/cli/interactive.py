@@ -1,0 +1,116 @@
+"""`shell` and `tunnel`: exec OpenSSH (strict, checkout store) for the host owning a role."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from narwhal_assets.core.deployment.manifest import REMOTE_BASE
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.roles import Role
+
+if TYPE_CHECKING:  # paramiko and the installer load only when a shell or tunnel is opened (fast --help)
+    from narwhal_assets.ssh.openssh import OpenSshCommand
+
+CURRENT_DIR = f"{REMOTE_BASE}/current"
+FORWARD_RE = re.compile(r"(\d+):(?:(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):)?(\d+)")
+
+
+def parse_forward(text: str) -> tuple[int, str, int]:
+    """`LOCAL:REMOTE` or `LOCAL:HOST:REMOTE`; the remote host defaults to the engine host's loopback."""
+    match = FORWARD_RE.fullmatch(text)
+    ports = [int(match.group(1)), int(match.group(3))] if match else []
+    if not match or not all(1 <= p <= 65535 for p in ports):
+        raise InputError(["--forward: expected LOCAL:REMOTE or LOCAL:HOST:REMOTE with ports 1..65535"])
+    return ports[0], (match.group(2) or "127.0.0.1").strip("[]"), ports[1]
+
+
+def role_shell_command(remote_dir: str, role: Role, command: str | None) -> str:
+    """The remote command of a role shell: enter the deployed checkout, load only this role's file with
+    tracing off, activate `.venv`, then an interactive bash (or `command`) without profile or rc files.
+
+    `remote_dir` is `Narwhal-deploy/<hex id>` (checked by the manifest model) or `Narwhal-deploy/current`
+    (the deployment in service), so it needs no quoting.
+    """
+    final = "-i" if command is None else f"-c {shlex.quote(command)}"
+    inner = (
+        f'{{ cd "$HOME"/{remote_dir} && test -f installed; }} 2>/dev/null || '
+        f'{{ echo "{remote_dir} is not installed here: run deploy-hosts install" >&2; exit 1; }}; '
+        "cd checkout || exit 1; "
+        f"set +x; . runs/deployment/{role.env_file} || exit 1; . .venv/bin/activate || exit 1; "
+        f"exec bash --noprofile --norc {final}"
+    )
+    return f"exec bash --noprofile --norc -c {shlex.quote(inner)}"
+
+
+def build(args: argparse.Namespace) -> OpenSshCommand:
+    from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.ssh.access import host_access
+    from narwhal_assets.ssh.destination import resolve_endpoint
+    from narwhal_assets.ssh.openssh import openssh_command
+    from narwhal_assets.workflows.install import open_prepared_run
+
+    checkout = Checkout.open(args.root)
+    entry = checkout.inventory.host_for_role(args.role)
+    remote_command, command = None, getattr(args, "run_command", None)  # `args.command` is the subcommand
+    remote_dir = CURRENT_DIR if getattr(args, "current", False) else None
+    if getattr(args, "run", None) is not None:
+        remote_dir = open_prepared_run(checkout.settings, checkout.inventory, args.run).manifest.remote_dir
+    if remote_dir is not None:
+        role = Role.parse(args.role)
+        assert role is not None  # the inventory only holds valid roles
+        remote_command = role_shell_command(remote_dir, role, command)
+    elif command is not None:
+        raise InputError(["--command needs --run or --current: it runs in the role environment of a deployment"])
+    access = host_access(checkout.settings, entry)
+    endpoint = resolve_endpoint(access.destination, checkout.settings.ssh_config_path)
+    forward = parse_forward(args.forward) if getattr(args, "forward", None) else None
+    return openssh_command(
+        endpoint,
+        checkout.settings.known_hosts_path,
+        checkout.settings.ssh_config_path,
+        password=access.password,
+        remote_command=remote_command,
+        forward=forward,
+        tty=command is None,
+    )
+
+
+def exec_openssh(command: OpenSshCommand) -> int:
+    """Replace this process with OpenSSH, so the terminal, signals and exit status are its own."""
+    command.prepare_password_pipe()
+    os.execvp(command.argv[0], command.argv)
+    return 127  # pragma: no cover - execvp does not return
+
+
+def shell(args: argparse.Namespace) -> int:
+    """Exec OpenSSH: an interactive shell, the role shell of a prepared run, or one command in it."""
+    return exec_openssh(build(args))
+
+
+def tunnel(args: argparse.Namespace) -> int:
+    return exec_openssh(build(args))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    sh = sub.add_parser("shell", help="interactive shell on the host owning --role (with --run or --current: in "
+                        "its role environment)")  # fmt: skip
+    sh.add_argument("--role", required=True, metavar="ROLE", help="router or engine-<n>: the host owning it")
+    which = sh.add_mutually_exclusive_group()
+    which.add_argument("--run", type=Path, metavar="DIR", help="a prepared and installed run: enter its checkout, "
+                       "load runs/deployment/.env.ROLE (tracing off), activate .venv")  # fmt: skip
+    which.add_argument("--current", action="store_true", help=f"the same in the deployment ~/{CURRENT_DIR} "
+                       "points at (the one in service), without naming its prepared run")  # fmt: skip
+    sh.add_argument("--command", dest="run_command", metavar="CMD", help="with --run or --current: run CMD in "
+                    "that environment without a TTY instead of an interactive bash")  # fmt: skip
+    sh.set_defaults(func=shell)
+    tn = sub.add_parser("tunnel", help="forward a local port to the host owning --role")
+    tn.add_argument("--role", required=True, metavar="ROLE", help="router or engine-<n>: the host owning it")
+    tn.add_argument("--forward", required=True, metavar="LOCAL:[HOST:]REMOTE",
+                    help="listen on 127.0.0.1:LOCAL, connect to HOST:REMOTE as seen from that host "
+                    "(HOST defaults to its loopback)")  # fmt: skip
+    tn.set_defaults(func=tunnel)

@@ -1,0 +1,40 @@
+"""`deploy-hosts`: the operator's command line. Artifact-producing commands run the same Dagster jobs as the UI."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from narwhal_assets.cli import access, deployments, discover, install, interactive, plan, prepare
+from narwhal_assets.core.display import printable
+from narwhal_assets.core.errors import InputError, NarwhalError
+
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+ROOT_HELP = "management checkout (default: the current directory)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="deploy-hosts", description=__doc__)
+    parser.add_argument("--root", type=Path, default=None, help=ROOT_HELP)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (plan, discover, prepare, access, install, deployments, interactive):
+        module.register(sub)
+    for command in sub.choices.values():  # `deploy-hosts plan --root X` works as well as `--root X plan`
+        command.add_argument("--root", type=Path, default=argparse.SUPPRESS, help=ROOT_HELP)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.umask(0o077)  # everything this process and its children create is private, Dagster's storage included
+    args = build_parser().parse_args(argv)
+    args.root = (args.root or Path.cwd()).resolve()
+    try:
+        return int(args.func(args))
+    except NarwhalError as exc:
+        for line in str(exc).split("\n"):  # our lines; anything a host put inside one is escaped
+            print(f"deploy-hosts {args.command}: error: {printable(line, None)}", file=sys.stderr)
+        return EXIT_INPUT if isinstance(exc, InputError) else EXIT_FAILED

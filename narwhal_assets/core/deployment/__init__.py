@@ -1,0 +1,1 @@
+"""A prepared deployment: its manifest and layout, role files, verification, what hosts run, pruning."""

@@ -1,0 +1,72 @@
+"""What `prepare` checks before it writes anything: the revision, the tree it names, and that the settings
+discovery derived the published config set from are still the current ones.
+
+The discovery-inputs digest covers exactly what discovery reads: the inventory, the destinations, the
+launch-policy and fleet settings, and the paths of the generated files. Passwords, the revision and other
+prepare-only settings are not in it, so changing them needs no new discovery.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import PurePosixPath
+from typing import Any
+
+from narwhal_assets.core.deployment.manifest import REVISION_RE
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.inputs.inventory import Inventory
+from narwhal_assets.core.inputs.settings import PATH_DEFAULTS, Layer, Settings
+from narwhal_assets.core.launch.fleet import API_KEY_ENV, engine_credential
+from narwhal_assets.core.launch.policy import FIELDS
+from narwhal_assets.core.roles import ROUTER_SSH, node_variable
+
+REVISION = "NARWHAL_DEPLOYMENT_REVISION"
+REVISION_FIX = "set NARWHAL_DEPLOYMENT_REVISION=$(git rev-parse HEAD) (the full commit id to deploy)"
+PREPARE_ONLY_PATHS = frozenset({"NARWHAL_DEPLOYMENT_ENV_DIR"})
+_NODE_FIELDS = frozenset({f.name for f in FIELDS} | {"ROLE", "SSH"})
+DOTENV_NAME = ".env"
+
+
+def check_revision(value: str | None) -> str:
+    """A full 40- or 64-hex commit id (lower-cased); anything else is an error with the fix."""
+    if not value:
+        raise InputError([f"{REVISION} is unset; {REVISION_FIX}"])
+    revision = value.strip().lower()
+    if not REVISION_RE.fullmatch(revision):
+        raise InputError([f"{REVISION} must be a full 40- or 64-hex commit id, not a branch, tag or short id; "
+                          f"{REVISION_FIX}"])
+    return revision
+
+
+def discovery_inputs(settings: Settings, inventory: Inventory) -> dict[str, Any]:
+    """The inputs discovery derives the config set from; the discovered layer itself is not one of them."""
+    operator = Settings(settings.root, tuple((layer, v) for layer, v in settings.layers if layer != Layer.DISCOVERED))
+    names = {*PATH_DEFAULTS, "NARWHAL_SSH_CONFIG", API_KEY_ENV, ROUTER_SSH, *(f.variable for f in FIELDS)}
+    names -= PREPARE_ONLY_PATHS
+    names |= {name for name in operator.names() if (node := node_variable(name)) and node[1] in _NODE_FIELDS}
+    credential = engine_credential(operator)
+    return {
+        "inventory": inventory.model_dump(by_alias=True, mode="json"),
+        "settings": {name: value for name in sorted(names) if (value := operator.get(name)) is not None},
+        "engine_credential": credential.engine_api_key_env if credential else None,
+    }
+
+
+def discovery_inputs_digest(settings: Settings, inventory: Inventory) -> str:
+    """SHA-256 of `discovery_inputs`, recorded in the discovery manifest and compared by `prepare`."""
+    text = json.dumps(discovery_inputs(settings, inventory), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def private_tree_paths(tree: Iterable[str], private: Iterable[str]) -> list[str]:
+    """Paths of a commit's tree that must never be shipped: any file named `.env`, and every private file
+    the settings name (given relative to the checkout; a directory covers everything below it)."""
+    private = [PurePosixPath(p) for p in private]
+    found = []
+    for path in tree:
+        pure = PurePosixPath(path)
+        if pure.name == DOTENV_NAME or any(pure == p or p in pure.parents for p in private):
+            found.append(path)
+    return found

@@ -1,0 +1,1 @@
+"""The operator's inputs: `.env` and layered settings, the host inventory, management access values."""

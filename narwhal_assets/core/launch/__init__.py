@@ -1,0 +1,1 @@
+"""Engine launch: policy, arguments, placement, ports, launch records, the router's fleet, profiling limits."""

@@ -1,0 +1,1 @@
+"""Dagster definitions by asset group (discovery, deployment, installation), over workflows and core."""

@@ -1,0 +1,1 @@
+"""The `discovery` group: inventory, host keys, observations, digests, the discovered config set."""

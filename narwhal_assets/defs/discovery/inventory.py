@@ -1,0 +1,26 @@
+"""`host_inventory`: the physical hosts and their roles, plus the `narwhal_hosts` partitions."""
+
+import dagster as dg
+
+from narwhal_assets.defs.partitions import sync_host_partitions
+from narwhal_assets.defs.resources import ManagementCheckout
+
+
+@dg.asset(group_name="discovery", kinds={"json"})
+def host_inventory(context: dg.AssetExecutionContext, checkout: ManagementCheckout) -> dg.MaterializeResult:
+    """Validate (or derive from .env) the host inventory and register every host id as a partition."""
+    opened = checkout.open()
+    digest = opened.save_inventory()
+    inventory = opened.inventory
+    added, removed = sync_host_partitions(context.instance, inventory.host_ids())
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(str(opened.settings.hosts_path)),
+            "sha256": digest,
+            "hosts": dg.MetadataValue.json({h.id: h.roles for h in inventory.hosts}),
+            "password_hosts": [h.id for h in inventory.hosts if h.password_env],
+            "partitions_added": added,
+            "partitions_removed": removed,
+        },
+        data_version=dg.DataVersion(digest),
+    )

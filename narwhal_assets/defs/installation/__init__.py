@@ -1,0 +1,1 @@
+"""The `installation` group: `host_installation` per host, its checks and live status."""

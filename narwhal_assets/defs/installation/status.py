@@ -1,0 +1,115 @@
+"""Live deployments on `host_installation`: per-host observations from `deploy-hosts status`, and a drift check.
+
+`status` records, per reachable host, a runless `AssetObservation` on the host's partition (live deployment,
+its revision and state, a table of every directory there), so the UI shows each host's live revision beside
+its last materialization. `live_matches_installed` compares the two per partition (the rule is
+`core.live_deployments.drifting`) and fails naming each drifting host, with a table of revisions per host;
+`status` reports its evaluation runless too, so it needs no run.
+"""
+
+import dagster as dg
+
+from narwhal_assets.core.deployment.live import Recorded, drifting
+from narwhal_assets.defs.evaluations import as_result
+from narwhal_assets.defs.installation.assets import INSTALLATION
+from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.workflows.deployments import HostStatus
+
+CHECK_NAME = "live_matches_installed"
+LIVE_KEY = "live_deployment_id"
+SCAN = 50  # observations read per host to find the newest status one (failed installs observe too)
+DIRECTORY_COLUMNS = ["deployment_id", "state", "revision", "check", "current"]
+REVISION_COLUMNS = ["host", "installed_revision", "installed_deployment", "live_revision", "live_deployment", "drift"]
+
+
+def _table(columns: list[str], rows: list[dict[str, str | bool]]) -> dg.TableMetadataValue:
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, "bool" if name in ("current", "drift") else "string")
+                                     for name in columns])  # fmt: skip
+    return dg.MetadataValue.table(records=[dg.TableRecord(row) for row in rows], schema=schema)
+
+
+def status_observation(status: HostStatus) -> dg.AssetObservation:
+    """What one host runs now, as an observation of its `host_installation` partition."""
+    live = status.live
+    rows: list[dict[str, str | bool]] = [
+        {"deployment_id": d.name, "state": d.state, "revision": d.revision or "", "check": d.check,
+         "current": d.name == status.current} for d in status.deployments
+    ]  # fmt: skip
+    metadata = {
+        LIVE_KEY: status.current or "",
+        "live_revision": live.revision or "" if live else "",
+        "live_state": live.state if live else "none",
+        "live_check": live.check if live else "none",
+        "problems": "; ".join(status.problems()) or "none",
+        "directories": _table(DIRECTORY_COLUMNS, rows),
+    }
+    return dg.AssetObservation(asset_key=INSTALLATION, partition=status.host_id, metadata=metadata)
+
+
+def _installed(instance: dg.DagsterInstance, host_id: str) -> Recorded | None:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=INSTALLATION, asset_partitions=[host_id]), limit=1
+    ).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    meta = records[0].asset_materialization.metadata
+    return Recorded(_text(meta, "deployment_id"), _text(meta, "revision"), records[0].timestamp)
+
+
+def _live(instance: dg.DagsterInstance, host_id: str) -> Recorded | None:
+    records = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=INSTALLATION, asset_partitions=[host_id]), limit=SCAN
+    ).records
+    for record in records:
+        observation = record.asset_observation
+        if observation is not None and LIVE_KEY in observation.metadata:
+            meta = observation.metadata
+            return Recorded(_text(meta, LIVE_KEY), _text(meta, "live_revision"), record.timestamp)
+    return None
+
+
+def _text(metadata: dict[str, dg.MetadataValue], key: str) -> str | None:
+    value = metadata.get(key)
+    return str(value.value) or None if value is not None else None
+
+
+def evaluate_drift(instance: dg.DagsterInstance, host_ids: list[str]) -> tuple[list[str], dg.AssetCheckEvaluation]:
+    """Per host: last installed vs newest live observation; fails naming each host that drifted."""
+    installed = {host_id: _installed(instance, host_id) for host_id in host_ids}
+    live = {host_id: _live(instance, host_id) for host_id in host_ids}
+    drifted = drifting(installed, live)
+    rows: list[dict[str, str | bool]] = []
+    for host_id in host_ids:
+        done, seen = installed[host_id], live[host_id]
+        rows.append({"host": host_id, "installed_revision": (done and done.revision) or "",
+                     "installed_deployment": (done and done.deployment_id) or "",
+                     "live_revision": (seen and seen.revision) or "", "live_deployment": (seen and seen.deployment_id)
+                     or "", "drift": host_id in drifted})  # fmt: skip
+    description = (f"drifting: {', '.join(drifted)} run another deployment than last installed" if drifted else
+                   "every observed host runs the deployment last installed there")  # fmt: skip
+    return drifted, dg.AssetCheckEvaluation(
+        asset_key=INSTALLATION, check_name=CHECK_NAME, passed=not drifted, description=description,
+        metadata={"drifting_hosts": ", ".join(drifted) or "none", "revisions": _table(REVISION_COLUMNS, rows)},
+    )  # fmt: skip
+
+
+def record_statuses(
+    instance: dg.DagsterInstance, statuses: list[HostStatus]
+) -> tuple[list[str], dg.AssetCheckEvaluation]:
+    """Observe every host that answered, then evaluate the drift check over every known host (runless)."""
+    for status in statuses:
+        if status.error is None:
+            instance.report_runless_asset_event(status_observation(status))
+    drifted, evaluation = evaluate_drift(instance, instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
+    instance.report_runless_asset_event(evaluation)
+    return drifted, evaluation
+
+
+@dg.asset_check(
+    asset=INSTALLATION,
+    name=CHECK_NAME,
+    description="Each host's live deployment (deploy-hosts status) is the one last installed there",
+)
+def live_matches_installed(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    _, found = evaluate_drift(context.instance, context.instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
+    return as_result(found)

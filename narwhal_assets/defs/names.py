@@ -1,0 +1,12 @@
+"""The code location's names that other layers use: job names and run tags, spelled once.
+
+Dagster keeps history by these names, so they never change with the package layout.
+"""
+
+from __future__ import annotations
+
+DISCOVERY_JOB = "discovery_job"
+PREPARE_JOB = "prepare_job"
+INSTALL_JOB = "install_job"
+# Every run started by `deploy-hosts` carries the command that started it, so the UI's run list says why.
+COMMAND_TAG = "narwhal/command"

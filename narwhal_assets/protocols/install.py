@@ -1,0 +1,146 @@
+"""Workstation side of the host installer (`narwhal_assets/host/installer.py`): its input stream and report.
+
+The stream is `<length>\\n<installer source + main('<json>')>` then the raw bytes of each sent file, so
+parameters never pass through a shell and file bytes need no encoding. The report is one JSON line,
+read from a host that is not trusted: bounded in size, parsed once (linear time), validated field by field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from narwhal_assets.core.deployment.manifest import DEPLOYMENT_ID_RE
+from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.host import program_source
+
+# Reads the length-prefixed installer from stdin and runs it; what follows on stdin is the installer's.
+# Isolated (-I): the command starts in the account's home, whose `json.py` or `random.py` would otherwise
+# shadow the standard library modules the installer imports.
+BOOTSTRAP = (
+    "python3 -I -S -c 'import sys;n=int(sys.stdin.buffer.readline(32));"
+    'exec(compile(sys.stdin.buffer.read(n),"narwhal-install","exec"))\''
+)
+REPORT_LIMIT = 8 << 20
+Action = Literal["inspect", "install", "commit", "activate", "status", "prune"]
+ENTRY_LIMIT = 256  # the installer's `ENTRY_LIMIT`: entries `status` lists, ids `prune` takes
+DeploymentId = Annotated[str, Field(pattern=DEPLOYMENT_ID_RE.pattern, max_length=32)]
+
+
+class InstallFile(BaseModel):
+    """One file as the installer sees it: its name in the remote directory and where it is placed."""
+
+    name: str
+    sha256: str
+    size: int
+    install_to: str | None = None
+    keep_if_present: bool = False
+
+
+class InstallStep(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    argv: list[str] = Field(max_length=64)
+    rc: int
+    output: str = Field(max_length=256 * 1024)
+    seconds: float = 0.0
+
+
+class DeploymentEntry(BaseModel):
+    """One entry of the host's `~/Narwhal-deploy/` as `status` saw it (`foreign`: not a deployment, not read)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(max_length=64)
+    state: Literal["installed", "incomplete", "locked", "foreign"]
+    revision: str | None = Field(default=None, max_length=64)
+    file_set: str | None = Field(default=None, max_length=64)
+    installed_at: float | None = None
+    check: Literal["intact", "tampered", "unknown"] = "unknown"
+    problem: str | None = Field(default=None, max_length=4096)
+
+    @field_validator("name", "revision", "file_set", "problem")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        return None if value is None else terminal_safe(value)
+
+
+class InstallReport(BaseModel):
+    """The installer's one-line JSON report (`status` and `prune` add their fields)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    schema_: Literal["narwhal.install-report"] = Field(alias="schema")
+    schema_version: Literal[1]
+    action: Action
+    outcome: Literal["absent", "incomplete", "reused", "ready", "staged", "installed", "activated", "listed",
+                     "pruned", "failed"]  # fmt: skip
+    gate: str | None = Field(default=None, max_length=32)
+    message: str | None = Field(default=None, max_length=4096)
+    files: dict[str, Literal["present", "missing"]] = Field(default_factory=dict)
+    files_verified: int = Field(default=0, ge=0)
+    files_received: int = Field(default=0, ge=0)
+    bytes_received: int = Field(default=0, ge=0)
+    steps: list[InstallStep] = Field(default_factory=list, max_length=64)
+    seconds: float = 0.0
+    current: str | None = Field(default=None, max_length=64)
+    deployments: list[DeploymentEntry] = Field(default_factory=list, max_length=ENTRY_LIMIT)
+    truncated: bool = False
+    leftovers_removed: int = Field(default=0, ge=0)
+    removed: list[DeploymentId] = Field(default_factory=list, max_length=ENTRY_LIMIT)
+    kept: dict[DeploymentId, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict,
+                                                                            max_length=ENTRY_LIMIT)  # fmt: skip
+
+    @field_validator("current", "gate", "message")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        """Host text reaches the operator's terminal: control and other unprintable characters are escaped."""
+        return None if value is None else terminal_safe(value)
+
+    @field_validator("kept")
+    @classmethod
+    def _printable_reasons(cls, value: dict[str, str]) -> dict[str, str]:
+        return {name: terminal_safe(reason) for name, reason in value.items()}
+
+
+class ReportError(NarwhalError):
+    """The host's answer was not an installer report (the installer did not run or was cut off)."""
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every unprintable character (escape sequences, newlines) written as a Python escape."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def installer_source() -> str:
+    """The installer's source text, exactly as shipped in the package."""
+    return program_source("installer.py")
+
+
+def installer_script(params: dict[str, Any]) -> str:
+    """The installer source plus `main('<json>')`: parameters travel as an ASCII JSON string literal."""
+    literal = json.dumps(params, sort_keys=True, ensure_ascii=True)
+    return f"{installer_source().rstrip()}\n\n\nmain({literal!r})\n"
+
+
+def install_stream(script: str, payloads: Sequence[bytes] = ()) -> bytes:
+    """What the bootstrap reads on stdin: the length-prefixed script, then each payload's raw bytes."""
+    code = script.encode("ascii")
+    return b"".join([str(len(code)).encode() + b"\n", code, *payloads])
+
+
+def parse_install_report(stdout: bytes) -> InstallReport:
+    """The last non-empty stdout line as a report; anything else is a `ReportError` (no host text quoted)."""
+    if len(stdout) > REPORT_LIMIT:
+        raise ReportError(f"installer output exceeds {REPORT_LIMIT} bytes")
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        raise ReportError("the installer printed no report")
+    try:
+        return InstallReport.model_validate(json.loads(lines[-1]))
+    except (ValueError, ValidationError) as exc:
+        kind = "not JSON" if isinstance(exc, json.JSONDecodeError) else "not an install report"
+        raise ReportError(f"the installer's last line is {kind}") from None

@@ -1,0 +1,225 @@
+"""Run a named job of the code location in-process against the operator's Dagster instance.
+
+CLI, UI and CI share lineage because they run the same jobs on the same instance; every CLI run is tagged
+with the command that started it. The job runs in a worker thread so that SIGINT/SIGTERM reach this
+module's handler at once (Dagster defers signals it captures on the main thread until a step boundary):
+the run ends within seconds whatever it is doing, except that a config-set publish already under way is
+let finish (it takes milliseconds), so the operator is told exactly whether a new set was published.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import dagster as dg
+
+from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.defs.names import COMMAND_TAG
+from narwhal_assets.local import configset
+from narwhal_assets.local.privatefiles import ensure_private_dir, exclusive_lock, write_private
+
+DAGSTER_HOME_DEFAULT = "runs/dagster"
+# Dagster's `storage: custom:` takes its directory from its config alone, so the instance's own directory is
+# written in (quoted as JSON, which YAML reads): `{env: DAGSTER_HOME}` would follow whichever DAGSTER_HOME a
+# process has, even one opening this instance by its path.
+INSTANCE_YAML = """\
+# Embedded SQLite storage in this directory, connections kept open per process (instance_storage.py);
+# README.md shows the PostgreSQL settings for teams. Written by deploy-hosts, which rewrites it if the
+# directory moves; edit it and it is left as it is.
+storage:
+  custom:
+    module: narwhal_assets.runtime.instance_storage
+    class: PooledSqliteStorage
+    config:
+      base_dir: {base_dir}
+telemetry:
+  enabled: false
+"""
+# What earlier versions wrote; an instance still holding it exactly is switched to INSTANCE_YAML.
+PREVIOUS_INSTANCE_YAML = """\
+# Embedded SQLite storage in this directory; README.md shows the PostgreSQL settings for teams.
+telemetry:
+  enabled: false
+"""
+# Earlier layouts named the storage module by its old path; such a file is ours too, and is rewritten.
+_STORAGE_MODULES = ("narwhal_assets.runtime.instance_storage", "narwhal_assets.instance_storage")
+_GENERATED = [
+    re.compile(re.escape(INSTANCE_YAML.replace(_STORAGE_MODULES[0], name)).replace(re.escape("{base_dir}"), '"[^\n]*"'))
+    for name in _STORAGE_MODULES
+]
+
+
+def instance_yaml(home: Path) -> str:
+    """The dagster.yaml of the instance the project creates in `home`."""
+    return INSTANCE_YAML.format(base_dir=json.dumps(str(home.resolve())))
+
+
+def _is_ours(text: str) -> bool:
+    """A dagster.yaml this project wrote and nobody edited (for this directory or another)."""
+    return text == PREVIOUS_INSTANCE_YAML or any(pattern.fullmatch(text) for pattern in _GENERATED)
+
+
+# Console output of in-process runs: only the CLI's own lines and errors reach the operator.
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+EXIT_SIGNAL_BASE = 128
+
+
+class StorageError(NarwhalError):
+    """Dagster's own storage failed (disk full, database down); says whether the config set was published."""
+
+
+def operator_instance(root: Path) -> dg.DagsterInstance:
+    """The persistent instance at `DAGSTER_HOME` (default `<root>/runs/dagster`, created 0700).
+
+    Opening it is serialised between processes: two commands started at once on a new instance would
+    otherwise both create its SQLite tables and one would fail.
+    """
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(root / DAGSTER_HOME_DEFAULT)))
+    ensure_private_dir(home)
+    with exclusive_lock(home / ".narwhal-open.lock"):
+        config, wanted = home / "dagster.yaml", instance_yaml(home)
+        current = config.read_text(encoding="utf-8") if config.exists() else None
+        if current is None or (current != wanted and _is_ours(current)):
+            write_private(config, wanted)
+        return dg.DagsterInstance.get()
+
+
+def run_job(
+    root: Path,
+    job_name: str,
+    command: str,
+    *,
+    run_config: Mapping[str, Any] | None = None,
+    partition_key: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    assets: Sequence[str] | None = None,
+) -> dg.ExecuteInProcessResult:
+    """Execute `job_name` (or only its `assets`) of the definitions bound to `root`; a domain failure
+    re-raises as its NarwhalError."""
+    from narwhal_assets.definitions import make_definitions
+
+    job = make_definitions(str(root)).resolve_job_def(job_name)
+    try:
+        instance = operator_instance(root)
+    except Exception as exc:  # a full disk, a database that is down: say so in one line
+        raise StorageError(
+            f"the Dagster instance at {os.environ['DAGSTER_HOME']} could not be opened: {type(exc).__name__}: "
+            f"{_first_line(str(exc))}; nothing was run, nothing was published"
+        ) from None
+    config: dict[str, Any] = {**QUIET, **(run_config or {})}
+    all_tags = {COMMAND_TAG: command, **(tags or {})}
+    outcome: Future[dg.ExecuteInProcessResult] = Future()
+    published_before = len(configset.PUBLISHED)
+
+    def execute() -> None:
+        try:
+            outcome.set_result(
+                job.execute_in_process(
+                    run_config=config,
+                    instance=instance,
+                    partition_key=partition_key,
+                    tags=all_tags,
+                    asset_selection=[dg.AssetKey(name) for name in assets] if assets else None,
+                )
+            )
+        except BaseException as exc:  # handed to the main thread as it is
+            outcome.set_exception(exc)
+
+    worker = threading.Thread(target=execute, name=f"narwhal-{job_name}", daemon=True)
+    with _TerminateOnSignals(command), _without_dagster_storage_lines():
+        worker.start()
+        while not outcome.done():
+            worker.join(timeout=0.2)
+    try:
+        return outcome.result()
+    except NarwhalError:
+        raise
+    except Exception as exc:
+        published = configset.PUBLISHED[published_before:]
+        what = f"the config set of {published[-1]} was published" if published else "nothing was published"
+        failed = _run_failure(exc)  # the run's own failure (hosts, input), which storage could not record
+        raise StorageError(
+            (f"{failed}\n" if failed else "")
+            + f"{job_name} stopped: {type(exc).__name__}: {_first_line(str(exc))}; {what}"
+            + ("; recording it in Dagster storage failed, so its lineage is incomplete" if published else "")
+        ) from None
+
+
+class _TerminateOnSignals:
+    """SIGINT/SIGTERM: one line, exit 130/143, sockets closed by the exit; a publish under way finishes first."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self.previous[signum] = signal.signal(signum, self._handle)
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        with configset.PUBLISHING:  # waits only while a publish is replacing files
+            published = bool(configset.PUBLISHED)
+            name = signal.Signals(signum).name
+            state = "a new config set had been published" if published else "nothing was published"
+            sys.stderr.write(f"deploy-hosts {self.command}: interrupted by {name}; {state}\n")
+            sys.stderr.flush()
+            os._exit(EXIT_SIGNAL_BASE + signum)
+
+
+# Dagster writes this to stderr itself when storing an event fails, then raises; StorageError says it once.
+DAGSTER_STORAGE_LINE = "Exception while writing logger call to event log: "
+
+
+class _DropDagsterStorageLines:
+    """sys.stderr during a run, without Dagster's own report of a failed event write (a multi-line message
+    from SQLAlchemy); everything else passes through."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return len(text) if text.startswith(DAGSTER_STORAGE_LINE) else self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextmanager
+def _without_dagster_storage_lines() -> Iterator[None]:
+    previous = sys.stderr
+    sys.stderr = _DropDagsterStorageLines(previous)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stderr = previous
+
+
+def _run_failure(exc: BaseException) -> NarwhalError | None:
+    """The NarwhalError that `exc` was raised while handling, if any (e.g. a host failure being recorded)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, NarwhalError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _first_line(text: str) -> str:
+    return next((line for line in text.splitlines() if line.strip()), "(no message)")[:200]

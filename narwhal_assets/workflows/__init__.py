@@ -1,0 +1,1 @@
+"""One module per operator action, without Dagster: discover, rediscover, prepare, install, deployments."""

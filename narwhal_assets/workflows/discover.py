@@ -1,0 +1,312 @@
+"""Discovery: inspect every physical host over one SSH connection and derive the generated config set.
+
+Flow: enrol host keys (accept-new, staged in the run directory), run the single probe program per host,
+keep observations, checkpoint digests and command logs in `runs/discovery/<run>/`; then, once, build
+deployment.env, launch records, fleet and profiling limits from operator settings plus that run's
+observations and publish them together with the staged host keys. Any failure leaves `config/` as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from narwhal_assets.core.deployment.prepare_inputs import discovery_inputs_digest
+from narwhal_assets.core.discovery.digests import compare_replicas
+from narwhal_assets.core.discovery.observations import CheckpointDigest, HostObservation
+from narwhal_assets.core.discovery.retention import KEEP_RUNS_VARIABLE, keep_runs
+from narwhal_assets.core.display import printable, printable_block
+from narwhal_assets.core.errors import HostFailure, InputError, NarwhalError, raise_together
+from narwhal_assets.core.inputs.inventory import HostEntry, Inventory, engine_number
+from narwhal_assets.core.inputs.settings import Layer, Settings
+from narwhal_assets.core.jsonfile import render_json
+from narwhal_assets.core.launch.deployment_env import build_deployment_env, render_deployment_env
+from narwhal_assets.core.launch.fleet import Fleet, build_fleet
+from narwhal_assets.core.launch.launch_records import EngineLaunchConfig, build_launch_config, launch_sources
+from narwhal_assets.core.launch.policy import resolve_engine_field
+from narwhal_assets.core.launch.profiling import ProfilingLimits, build_profiling_limits
+from narwhal_assets.core.roles import Role
+from narwhal_assets.local.checkpoint_store import load_checkpoint, prune_discovery_runs, save_checkpoint
+from narwhal_assets.local.configset import publish_files, publish_lock
+from narwhal_assets.local.privatefiles import ensure_private_dir, sha256_file, write_private
+from narwhal_assets.protocols.probe import previous_hashes, probe_script
+from narwhal_assets.protocols.probe_report import ProbeOutputError, parse_probe_output, render_command_log
+from narwhal_assets.ssh.access import host_accesses
+from narwhal_assets.ssh.transport import Connector, HostConnection
+from narwhal_assets.ssh.trust import KnownHostsStore, StagedKey
+
+# Isolated: no module in the account's home (the command's directory) or environment shadows the standard library.
+PROBE_COMMAND = "python3 -I -S -"
+PROBE_TIMEOUT_S = 1800.0  # a dead host is caught by the keep-alive; this bounds a first full hash
+CHECKPOINT_FILE = "engine-{n}-checkpoint.json"
+ARCHIVE_DIR = "previous-config"
+MANIFEST = "manifest.json"
+STAGED_KEYS = "staged-known-hosts.json"
+
+
+@dataclass
+class DiscoveryRun:
+    """One run directory and what it holds."""
+
+    run_dir: Path
+    observations: dict[str, HostObservation] = field(default_factory=dict)
+    checkpoints: dict[str, CheckpointDigest] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> DiscoveryRun:
+        """Read a finished run back (what downstream assets and the next discovery reuse)."""
+        run = cls(run_dir)
+        for path in sorted(run_dir.glob("*.json")):
+            if path.name == MANIFEST:
+                continue
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            if raw.get("schema") == "narwhal.host-observation":
+                obs = HostObservation.model_validate(raw)
+                run.observations[obs.host_id] = obs
+            elif raw.get("schema") == "narwhal.checkpoint":
+                digest = load_checkpoint(path)
+                run.checkpoints[digest.engine] = digest
+        return run
+
+
+@dataclass(frozen=True)
+class GeneratedConfig:
+    """The discovered config set, validated together before any of it is written."""
+
+    deployment_env: dict[str, str]
+    launch: EngineLaunchConfig
+    fleet: Fleet
+    profiling: ProfilingLimits
+
+    def files(self, settings: Settings) -> dict[Path, str]:
+        return {
+            settings.deployment_env_path: render_deployment_env(self.deployment_env),
+            settings.launch_config_path: render_json(self.launch),
+            settings.launch_sources_path: render_json(launch_sources(self.launch)),
+            settings.fleet_path: render_json(self.fleet),
+            settings.profiling_limits_path: render_json(self.profiling),
+        }
+
+
+def operator_settings(settings: Settings) -> Settings:
+    """Settings without the discovered layer: discovery derives from `.env` and the hosts, not from itself."""
+    return Settings(settings.root, tuple((layer, v) for layer, v in settings.layers if layer != Layer.DISCOVERED))
+
+
+def with_discovered(settings: Settings, discovered: Mapping[str, str]) -> Settings:
+    """Operator settings with freshly discovered values as the discovered layer."""
+    layers = [(layer, discovered if layer == Layer.DISCOVERED else v) for layer, v in settings.layers]
+    if all(layer != Layer.DISCOVERED for layer, _ in layers):
+        layers.insert(1, (Layer.DISCOVERED, dict(discovered)))
+    return Settings(settings.root, tuple(layers))
+
+
+def new_run_dir(settings: Settings) -> Path:
+    """`runs/discovery/<UTC time>-<random>`: sortable by time, unique across concurrent runs."""
+    base = settings.discovery_dir
+    name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+    run_dir = base / name
+    ensure_private_dir(base)
+    run_dir.mkdir(mode=0o700)
+    ensure_private_dir(run_dir / "logs")
+    return run_dir
+
+
+def latest_complete_run(settings: Settings, exclude: Path | None = None) -> DiscoveryRun | None:
+    """The newest earlier run that published a config set (it has a manifest).
+
+    Run names sort by the second they started; within one second the random suffix says nothing, so the
+    manifest's modification time decides.
+    """
+    base = settings.discovery_dir
+    manifests = [p for p in base.glob("*/" + MANIFEST) if p.parent != exclude]
+    if not manifests:
+        return None
+    newest = max(manifests, key=lambda p: (p.parent.name.split("-", 1)[0], p.stat().st_mtime_ns, p.parent.name))
+    return DiscoveryRun.load(newest.parent)
+
+
+def probe_request(settings: Settings, entry: HostEntry, previous: Mapping[str, CheckpointDigest], full: bool) -> str:
+    """The probe program for one host: its engines' model directories, the engine image reference and, unless
+    `full`, the previous per-file rows the probe may reuse."""
+    engines = [n for n in map(engine_number, entry.roles) if n is not None]
+    models = {Role.engine(n).name: _required(settings, n, "MODEL_DIR") for n in engines}
+    images = {_required(settings, n, "ENGINE_IMAGE") for n in engines}
+    if len(images) > 1:
+        raise InputError(
+            [f"host {entry.id}: colocated engines must use one engine image (NARWHAL_NODE_<n>_ENGINE_IMAGE)"]
+        )
+    return probe_script(
+        {
+            "image": images.pop() if images else None,
+            "models": models,
+            "previous": {} if full else previous_hashes({e: d for e, d in previous.items() if e in models}),
+            "full_hash": full,
+        }
+    )
+
+
+def inspect_hosts(
+    settings: Settings,
+    inventory: Inventory,
+    connector: Connector,
+    run: DiscoveryRun,
+    previous: Mapping[str, CheckpointDigest],
+    full_hash: bool = False,
+) -> DiscoveryRun:
+    """Probe every host in parallel; save what each returned; raise every host's problems together."""
+    requests = {entry.id: probe_request(settings, entry, previous, full_hash) for entry in inventory.hosts}
+    observed_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    def probe(connection: HostConnection) -> tuple[HostObservation, dict[str, CheckpointDigest]]:
+        entry = inventory.host(connection.host_id)
+        result = connection.run(PROBE_COMMAND, stdin=requests[entry.id].encode(), timeout=PROBE_TIMEOUT_S)
+        raw = result.text()
+        try:
+            parsed = parse_probe_output(entry.id, entry.roles, connection.fingerprint, raw, observed_at, previous)
+        except ProbeOutputError as exc:
+            # What a host printed is never the operator's input: it fails that host (exit 1), not the run's input.
+            _write_log(run, entry.id, render_command_log(exc.command_log), result.stderr)
+            if result.rc != 0:
+                raise HostFailure(
+                    f"host {entry.id}: probe exited {result.rc}: {printable(_first_line(result.stderr), 200)}"
+                ) from None
+            raise HostFailure(str(exc)) from None
+        observation, digests, log = parsed
+        # Saved here, while other hosts are still answering, not one after another once all have.
+        _write_log(run, entry.id, render_command_log(log), result.stderr)
+        write_private(run.run_dir / f"{entry.id}.json", render_json(observation))
+        with checkpoint_lock:  # hosts with the same model share one table object
+            for engine, digest in digests.items():
+                save_checkpoint(run.run_dir / CHECKPOINT_FILE.format(n=engine_number(engine)), digest)
+        return observation, digests
+
+    checkpoint_lock = threading.Lock()
+    outcomes = connector.map_hosts(host_accesses(settings, inventory.hosts), probe)
+    failures: list[NarwhalError] = []
+    for host_id, outcome in outcomes.items():
+        if isinstance(outcome, NarwhalError):
+            failures.append(outcome)
+            continue
+        observation, digests = outcome
+        run.observations[host_id] = observation
+        run.checkpoints.update(digests)
+    raise_together(failures)
+    compare_replicas(run.checkpoints)
+    return run
+
+
+def generate_config(settings: Settings, inventory: Inventory, run: DiscoveryRun) -> GeneratedConfig:
+    """deployment.env, launch records and fleet from operator settings plus this run's observations."""
+    discovered = build_deployment_env(settings, inventory, run.observations)
+    effective = with_discovered(settings, discovered)
+    model_configs = {
+        n: model.config
+        for obs in run.observations.values()
+        for role, model in obs.models.items()
+        if (n := engine_number(role)) is not None
+    }
+    launch = build_launch_config(
+        effective, inventory, run.observations, model_configs=model_configs, observation_dir=str(run.run_dir)
+    )
+    fleet = build_fleet(effective, inventory, run.observations, launch)
+    profiling = build_profiling_limits(fleet, launch, str(settings.launch_config_path))
+    return GeneratedConfig(discovered, launch, fleet, profiling)
+
+
+def stage_enrolments(run: DiscoveryRun, entries: list[StagedKey]) -> None:
+    """Keep this run's accept-new enrolments in the run directory until its config set is published."""
+    document = {"schema": "narwhal.staged-host-keys", "schema_version": 1, "keys": [asdict(e) for e in entries]}
+    write_private(run.run_dir / STAGED_KEYS, json.dumps(document, indent=2) + "\n")
+
+
+def staged_enrolments(run: DiscoveryRun) -> list[StagedKey]:
+    path = run.run_dir / STAGED_KEYS
+    if not path.exists():
+        return []
+    return [StagedKey(**raw) for raw in json.loads(path.read_text(encoding="utf-8"))["keys"]]
+
+
+def archive_previous(settings: Settings, run: DiscoveryRun, paths: Iterable[Path]) -> None:
+    """Copy the config set as it stands now into `<run>/previous-config/`, before this run changes any of it.
+
+    The set is every file the latest complete run published (its manifest; paths can have moved since) plus
+    any file this run replaces that exists; with no earlier run, the inventory that this run itself created
+    is not a previous set.
+    """
+    previous = latest_complete_run(settings, exclude=run.run_dir)
+    listed: list[Path] = []
+    if previous is not None:
+        manifest = json.loads((previous.run_dir / MANIFEST).read_text(encoding="utf-8"))
+        listed = [settings.root / rel for rel in manifest.get("files", {})]
+    elif not settings.known_hosts_path.exists():
+        return
+    for path in dict.fromkeys([*listed, *paths]):
+        if path.is_file():
+            write_private(run.run_dir / ARCHIVE_DIR / path.name, path.read_bytes())
+
+
+def publish_config(
+    settings: Settings, inventory: Inventory, run: DiscoveryRun, generated: GeneratedConfig
+) -> dict[str, str]:
+    """Replace the config set and commit this run's host-key enrolments with it; returns path -> SHA-256.
+
+    All-or-nothing by construction (see `configset`); the run's manifest, published last, marks the run
+    complete. Two discoveries publishing at once take turns, so the files always form one run's set.
+    """
+    keep = keep_runs(settings.get(KEEP_RUNS_VARIABLE))
+    store = KnownHostsStore(settings.known_hosts_path)
+    with publish_lock(settings), store.locked():
+        files = {path: text.encode() for path, text in generated.files(settings).items()}
+        files[store.path] = store.text_with(staged_enrolments(run)).encode()
+        archive_previous(settings, run, files)
+        digests = {_relative(settings, path): hashlib.sha256(data).hexdigest() for path, data in files.items()}
+        if settings.hosts_path.is_file():
+            digests[_relative(settings, settings.hosts_path)] = sha256_file(settings.hosts_path)
+        manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests,
+                    # What `prepare` compares to refuse a config set made from other inputs.
+                    "inputs_sha256": discovery_inputs_digest(settings, inventory)}  # fmt: skip
+        files[run.run_dir / MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
+        publish_files(settings, run.run_dir, files)
+        prune_discovery_runs(settings.discovery_dir, keep, current=run.run_dir.name)
+    return digests
+
+
+def generated_paths(settings: Settings) -> list[Path]:
+    """Every private file and directory discovery generates in the checkout."""
+    return [
+        settings.hosts_path,
+        settings.known_hosts_path,
+        settings.deployment_env_path,
+        settings.launch_config_path,
+        settings.launch_sources_path,
+        settings.fleet_path,
+        settings.profiling_limits_path,
+        settings.discovery_dir,
+    ]
+
+
+def _required(settings: Settings, n: int, name: str) -> str:
+    resolved = resolve_engine_field(settings, n, name)
+    if not resolved.value:
+        raise InputError([f"engine-{n}: {resolved.name} is unset (set it in .env)"])
+    return resolved.value
+
+
+def _write_log(run: DiscoveryRun, host_id: str, text: str, stderr: bytes) -> None:
+    extra = printable_block(stderr.decode("utf-8", "replace").strip())
+    write_private(run.run_dir / "logs" / f"{host_id}.log", text + (f"\n# probe stderr\n{extra}\n" if extra else ""))
+
+
+def _first_line(data: bytes) -> str:
+    return next((line for line in data.decode("utf-8", "replace").splitlines() if line.strip()), "(no output)")
+
+
+def _relative(settings: Settings, path: Path) -> str:
+    return str(path.relative_to(settings.root)) if path.is_relative_to(settings.root) else str(path)

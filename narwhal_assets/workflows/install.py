@@ -1,0 +1,337 @@
+"""Install a prepared run on one host over its one SSH connection (spec 13.3); the asset and CLI call this.
+
+Per host: `inspect` (read-only; `reused` when the marker names the revision and everything verifies, so
+nothing is sent, and `activate` points `current` at it), then `install` with only the files the host lacks,
+then `commit`, which writes the completion marker and moves `current` only after the workstation has read a
+successful install report. Every script sent, its exit status and output are appended to
+`<run>/logs/<host-id>.log` (0600 in a 0700 directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from narwhal_assets.core.deployment.manifest import BUNDLE_FILE, DeploymentManifest, ManifestHost, PreparedFile
+from narwhal_assets.core.deployment.manifest_check import (
+    CurrentAccess,
+    destination_sha256,
+    load_manifest,
+    remote_name,
+    verify_manifest,
+)
+from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.inputs.inventory import Inventory
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir
+from narwhal_assets.protocols.install import (
+    BOOTSTRAP,
+    InstallFile,
+    InstallReport,
+    ReportError,
+    install_stream,
+    installer_script,
+    installer_source,
+    parse_install_report,
+    terminal_safe,
+)
+from narwhal_assets.ssh.destination import resolve_endpoint
+from narwhal_assets.ssh.transport import Connector, HostAccess, HostConnection
+from narwhal_assets.ssh.trust import KnownHostsStore
+
+DEFAULT_INSTALL = "python -m pip install -e ."
+DEFAULT_CHECK = "python -m pip check"
+LOGS_DIR = "logs"
+LOG_OUTPUT_LIMIT = 256 * 1024
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A prepared directory whose manifest verified against the current checkout."""
+
+    run_dir: Path
+    manifest: DeploymentManifest
+
+    def log_path(self, host_id: str) -> Path:
+        return self.run_dir / LOGS_DIR / f"{host_id}.log"
+
+
+@dataclass(frozen=True)
+class InstallCommands:
+    """The install and check commands run in `checkout/` with `.venv` active (`NARWHAL_REMOTE_INSTALL/CHECK`)."""
+
+    install: str = DEFAULT_INSTALL
+    check: str = DEFAULT_CHECK
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> InstallCommands:
+        return cls(
+            settings.get("NARWHAL_REMOTE_INSTALL") or DEFAULT_INSTALL,
+            settings.get("NARWHAL_REMOTE_CHECK") or DEFAULT_CHECK,
+        )
+
+
+Mode = Literal["install", "activate"]
+OK_OUTCOMES = ("installed", "reused", "activated")
+
+
+@dataclass
+class HostOutcome:
+    """What happened on one host: `installed`, `reused`, `activated` or `failed` at a named gate."""
+
+    host_id: str
+    outcome: str = "failed"
+    gate: str | None = None
+    message: str | None = None
+    bytes_sent: int = 0
+    files_sent: int = 0
+    files_verified: int = 0
+    seconds: float = 0.0
+    remote_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in OK_OUTCOMES
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"{self.outcome} ({self.files_sent} files, {self.bytes_sent} bytes sent; {self.seconds:.2f} s)"
+        return f"failed at gate {self.gate!r}: {self.message}"
+
+
+class HostInstallFailure(NarwhalError):
+    """A host stopped at a gate; its content on the host was left as it was."""
+
+    def __init__(self, host_id: str, gate: str, message: str, outcome: HostOutcome | None = None) -> None:
+        super().__init__(f"host {host_id}: failed at gate {gate!r}: {message}")
+        self.gate = gate
+        self.message = message
+        self.outcome = outcome
+
+
+def open_prepared_run(settings: Settings, inventory: Inventory, run_dir: Path) -> PreparedRun:
+    """Load and verify `<run>/manifest.json` against the current inventory, `.env`, trust store and files."""
+    run_dir = run_dir.resolve()
+    if not run_dir.is_dir():
+        raise InputError([f"{run_dir}: not a prepared run directory (--run)"])
+    manifest = load_manifest(run_dir)
+    verify_manifest(run_dir, manifest, inventory, current_access(settings, inventory))
+    return PreparedRun(run_dir, manifest)
+
+
+def current_access(settings: Settings, inventory: Inventory) -> dict[str, CurrentAccess]:
+    """Per host: the digest of its destination now and the keys the store pins for where it resolves."""
+    store = KnownHostsStore(settings.known_hosts_path)
+    current = {}
+    for entry in inventory.hosts:
+        destination = settings.get(entry.ssh_env)
+        if not destination:
+            current[entry.id] = CurrentAccess(None, ())
+            continue
+        endpoint = resolve_endpoint(destination, settings.ssh_config_path)
+        fingerprints = tuple(store.fingerprints(endpoint.host, endpoint.port))
+        current[entry.id] = CurrentAccess(destination_sha256(destination), fingerprints)
+    return current
+
+
+def install_files(host: ManifestHost, bundle: PreparedFile) -> list[tuple[InstallFile, PreparedFile]]:
+    """The bundle and the host's files, as the installer names them, with where each is on the workstation."""
+    files = [(InstallFile(name=BUNDLE_FILE, sha256=bundle.sha256, size=bundle.size), bundle)]
+    for prepared in host.files:
+        installer_file = InstallFile(
+            name=remote_name(host.id, prepared), sha256=prepared.sha256, size=prepared.size,
+            install_to=prepared.install_to, keep_if_present=prepared.keep_if_present,
+        )  # fmt: skip
+        files.append((installer_file, prepared))
+    return files
+
+
+def connect_and_install(
+    connector: Connector, access: HostAccess, run: PreparedRun, commands: InstallCommands, mode: Mode = "install"
+) -> HostOutcome:
+    """One strict connection to the host, reused for every installer call; a refused connection is a gate.
+    `activate` (rollback) only re-activates a complete, verified deployment: nothing is sent."""
+    work: Callable[[HostConnection], HostOutcome] = (
+        (lambda c: install_host(c, run, commands)) if mode == "install" else (lambda c: activate_host(c, run))
+    )
+    began = time.monotonic()
+    try:
+        with connector.connect(access) as connection:
+            outcome = work(connection)
+        outcome.seconds = time.monotonic() - began  # the connection included
+        return outcome
+    except NarwhalError as exc:
+        outcome = HostOutcome(access.host_id, gate="connection", message=terminal_safe(str(exc)),
+                              remote_dir=run.manifest.remote_dir, seconds=time.monotonic() - began)  # fmt: skip
+        HostLog(run.log_path(access.host_id)).note(f"outcome: {outcome.describe()}")
+        return outcome
+
+
+def installer_params(run: PreparedRun, host_id: str, commands: InstallCommands | None = None) -> dict[str, Any]:
+    """What every installer action on this host's deployment is told (the commands only for `install`)."""
+    files = install_files(run.manifest.host(host_id), run.manifest.bundle)
+    return {
+        "remote_dir": run.manifest.remote_dir,
+        "revision": run.manifest.revision,
+        "files": [f.model_dump() for f, _ in files],
+        "owner": f"deploy-hosts from {socket.gethostname()} ({run.run_dir.name})",
+        **({"install_command": commands.install, "check_command": commands.check} if commands else {}),
+    }
+
+
+def install_host(connection: HostConnection, run: PreparedRun, commands: InstallCommands) -> HostOutcome:
+    """Inspect, install what is missing, commit the marker; stops at the first failing gate. A deployment
+    found complete is made current (`activate`) without sending anything; the outcome stays `reused`."""
+    began = time.monotonic()
+    host = run.manifest.host(connection.host_id)
+    files = install_files(host, run.manifest.bundle)
+    outcome = HostOutcome(host.id, remote_dir=run.manifest.remote_dir)
+    params = installer_params(run, host.id, commands)
+    log = HostLog(run.log_path(host.id))
+    try:
+        report = call_installer(connection, log, {**params, "action": "inspect"}, [])
+        outcome.files_verified = report.files_verified
+        if report.outcome == "reused":
+            call_installer(connection, log, {**params, "action": "activate"}, [])
+        else:
+            send = [(f, p) for f, p in files if report.files.get(f.name) != "present"]
+            payloads = [_read_pinned(host.id, run.run_dir, p) for _, p in send]
+            params["send"] = [f.name for f, _ in send]
+            outcome.bytes_sent = sum(len(p) for p in payloads)
+            report = call_installer(connection, log, {**params, "action": "install"}, payloads)
+            outcome.files_sent = report.files_received
+            params.pop("send")
+            report = call_installer(connection, log, {**params, "action": "commit"}, [])
+            outcome.files_verified = report.files_verified
+        outcome.outcome = report.outcome
+    except NarwhalError as exc:
+        _failed(outcome, exc, log)
+    outcome.seconds = time.monotonic() - began
+    log.note(f"outcome: {outcome.describe()}")
+    return outcome
+
+
+def activate_host(connection: HostConnection, run: PreparedRun) -> HostOutcome:
+    """Rollback on one host: the deployment must be there complete and untampered (`inspect` says `reused`,
+    0 bytes sent), then `activate` moves `current` under its lock after verifying it again."""
+    began = time.monotonic()
+    outcome = HostOutcome(connection.host_id, remote_dir=run.manifest.remote_dir)
+    params = installer_params(run, connection.host_id)
+    log = HostLog(run.log_path(connection.host_id))
+    try:
+        report = call_installer(connection, log, {**params, "action": "inspect"}, [])
+        if report.outcome == "absent":
+            raise HostInstallFailure(connection.host_id, "absent", f"~/{run.manifest.remote_dir} is not on this "
+                                     f"host: run deploy-hosts install --run {run.run_dir}")  # fmt: skip
+        if report.outcome != "reused":
+            raise HostInstallFailure(connection.host_id, "marker", f"~/{run.manifest.remote_dir} is incomplete "
+                                     f"there: run deploy-hosts install --run {run.run_dir}")  # fmt: skip
+        report = call_installer(connection, log, {**params, "action": "activate"}, [])
+        outcome.outcome, outcome.files_verified = report.outcome, report.files_verified
+    except NarwhalError as exc:
+        _failed(outcome, exc, log)
+    outcome.seconds = time.monotonic() - began
+    log.note(f"outcome: {outcome.describe()}")
+    return outcome
+
+
+def _failed(outcome: HostOutcome, exc: NarwhalError, log: HostLog | None) -> None:
+    """A gate the host named, or a connection that failed under the installer."""
+    if isinstance(exc, HostInstallFailure):
+        outcome.gate, outcome.message = exc.gate, exc.message
+        return
+    outcome.gate, outcome.message = "connection", terminal_safe(str(exc))
+    if log is not None:
+        log.note(f"connection failure: {outcome.message}")
+
+
+def call_installer(
+    connection: HostConnection, log: HostLog | None, params: dict[str, Any], payloads: list[bytes]
+) -> InstallReport:
+    """One installer run; bounded by the connector's command timeout (`SshSettings.command_timeout_s`).
+    Without a log (read-only `status`, `prune`), nothing is written on the workstation."""
+    script = installer_script(params)
+    if log is not None:
+        log.script(params["action"], script)
+    result = connection.run(BOOTSTRAP, stdin=install_stream(script, payloads))
+    if log is not None:
+        log.result(result.rc, result.stdout, result.stderr)
+    try:
+        report = parse_install_report(result.stdout)
+    except ReportError as exc:
+        detail = f"{exc} (exit status {result.rc}" + (f"; see {log.path})" if log else ")")
+        raise HostInstallFailure(connection.host_id, "report", detail) from None
+    if log is not None:
+        log.steps(report)
+    if report.outcome == "failed":
+        raise HostInstallFailure(connection.host_id, report.gate or "report", report.message or "(no message)")
+    return report
+
+
+def _read_pinned(host_id: str, run_dir: Path, prepared: PreparedFile) -> bytes:
+    """The file's bytes, re-checked against the manifest: what is sent is exactly what was verified."""
+    data = (run_dir / prepared.path).read_bytes()
+    if hashlib.sha256(data).hexdigest() != prepared.sha256:
+        raise HostInstallFailure(host_id, "prepared file", f"{run_dir / prepared.path}: changed after the manifest "
+                                 "check; prepare a new run")  # fmt: skip
+    return data
+
+
+@dataclass(frozen=True)
+class HostLog:
+    """`<run>/logs/<host-id>.log`: appended, 0600, never holding a password or destination."""
+
+    path: Path
+
+    def script(self, action: str, script: str) -> None:
+        """The command line and the script it ran; the unchanged installer source is written once per log."""
+        source = installer_source()
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        head = f"# installer source sha256 {digest}\n"
+        if self._contains(head):
+            script = script.replace(source.rstrip(), f"# (installer source sha256 {digest}, logged above)")
+        self._append(f"\n=== {_now()} {action}\n$ {BOOTSTRAP}\n{head}--- script on stdin ---\n{script}")
+
+    def result(self, rc: int, stdout: bytes, stderr: bytes) -> None:
+        self._append(f"--- exit status {rc} ---\n--- stdout ---\n{_clip(stdout)}--- stderr ---\n{_clip(stderr)}")
+
+    def steps(self, report: InstallReport) -> None:
+        for step in report.steps:
+            shown = " ".join(step.argv)
+            self._append(f"--- host ran: {shown}\n--- exit status {step.rc} ({step.seconds:.2f} s) ---\n{step.output}")
+        if report.outcome == "failed":
+            self._append(f"--- gate {report.gate}: {report.message}\n")
+
+    def note(self, text: str) -> None:
+        self._append(f"# {_now()} {text}\n")
+
+    def _contains(self, line: str) -> bool:
+        try:
+            return line in self.path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return False
+
+    def _append(self, text: str) -> None:
+        ensure_private_dir(self.path.parent)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            os.write(fd, (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
+
+
+def _clip(data: bytes) -> str:
+    text = data[:LOG_OUTPUT_LIMIT].decode("utf-8", "replace")
+    if len(data) > LOG_OUTPUT_LIMIT:
+        text += f"\n[... {len(data) - LOG_OUTPUT_LIMIT} bytes not logged]\n"
+    return text if text.endswith("\n") or not text else text + "\n"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
