@@ -3,7 +3,9 @@
 Baselines measured in the same run (printed, never asserted):
 - start-up against `python -c "import dagster"` (target: `--help` and `plan` under half of it);
 - `deploy-hosts discover` on N simulated hosts (a new process, as an operator runs it) against the floor of
-  N parallel `ssh host 'python3 -c pass'` over the same fleet (target <= 1.5x).
+  N parallel `ssh host 'python3 -c pass'` over the same fleet (target <= 1.5x);
+- `deploy-hosts status` on 3 simulated hosts against `check-access` on the same hosts plus
+  `python -c "import dagster"` (target <= 1.25x): status does check-access's work, then records it in Dagster.
 The breakdown that follows says where the rest goes, each part measured the same way (best of --repeat):
 the project's own transport running `python3 -c pass` on every host, the discovery probes alone
 (`inspect_hosts`, no Dagster), the whole `discovery_job` in this already warm process, and importing the
@@ -14,7 +16,7 @@ fleet: "machine cpu" counts every process on the machine (/proc/stat), and divid
 lower bound on the wall time a run can reach here however well it overlaps its parts.
 Needs root for the fleet part (network namespaces and real sshd); `--startup-only` skips it.
 
-    .venv/bin/python benchmarks/bench_cli.py [--hosts 32] [--repeat 3] [--startup-only]
+    .venv/bin/python benchmarks/bench_cli.py [--hosts 32] [--repeat 3] [--startup-only | --status-only]
 """
 
 from __future__ import annotations
@@ -144,6 +146,46 @@ def end_to_end(workdir: Path, hosts: int, repeat: int) -> None:
     print(f"(load average {os.getloadavg()[0]:.1f} on {cpus} CPUs at the end)")
 
 
+def status_cost(workdir: Path, repeat: int, hosts: int = 3) -> None:
+    """`status` against what it cannot avoid: one strict connection per host (`check-access`) and Dagster's
+    import (its records go to the instance); both measured as new processes, as an operator runs them."""
+    with SimFleet(workdir / "status-fleet") as fleet:
+        for number in range(1, hosts + 1):
+            fleet.add_host(f"s{number}", gpus=1)
+        fleet.start()
+        fleet.write_model("bench", {"weights.bin": b"\0" * 4096}, {"model_type": "llama"})
+        root = workdir / "status-checkout"
+        root.mkdir()
+        roles = {f"engine-{n}": f"s{n}" for n in range(1, hosts + 1)} | {"router": "s1"}
+        image = f"NARWHAL_ENGINE_IMAGE={fleet.host('s1').image_ref}"
+        (root / ".env").write_text("\n".join([*fleet.env_lines(roles), image, *ENGINE_ENV]) + "\n")
+        env = {**_env(), "DAGSTER_HOME": str(root / "runs" / "dagster")}
+        run([*DEPLOY, "--root", str(root), "discover"], env=env)  # enrols the host keys
+        access = [*DEPLOY, "--root", str(root), "check-access"]
+        status = [*DEPLOY, "--root", str(root), "status"]
+        run(status, env=env)  # the instance exists, as on a workstation after its first command
+        access_s = best_of(repeat, lambda: run(access, env=env))
+        status_s = best_of(repeat, lambda: run(status, env=env))
+        dagster_s = best_of(repeat, lambda: run([sys.executable, "-c", "import dagster"]))
+        missing = workdir / "no-checkout"
+        missing.mkdir()
+        no_env_s = best_of(repeat, lambda: run_failing([*DEPLOY, "--root", str(missing), "status"]))
+    floor = access_s + dagster_s
+    print(f"{'status, ' + str(hosts) + ' hosts (best of ' + str(repeat) + ')':<34}{'seconds':>10}"
+          f"{'/ check-access + import dagster':>34}")
+    for name, seconds in (("deploy-hosts check-access", access_s), ("python -c 'import dagster'", dagster_s),
+                          ("deploy-hosts status", status_s), ("status without a .env (exit 2)", no_env_s)):
+        print(f"{name:<34}{seconds:>10.3f}{seconds / floor:>34.2f}")
+    print("target: status <= 1.25x check-access + import dagster\n")
+
+
+def run_failing(argv: list[str]) -> None:
+    """A command that must fail on bad input (exit 2)."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=_env())
+    if done.returncode != 2:
+        raise SystemExit(f"{' '.join(argv[:6])} exited {done.returncode}, not 2: {done.stderr[-2000:]}")
+
+
 def breakdown(root: Path, repeat: int) -> dict[str, Timing]:
     """The parts of a discovery, each measured on its own (see the module docstring)."""
     os.environ["DAGSTER_HOME"] = str(root / "runs" / "dagster")
@@ -184,13 +226,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--startup-only", action="store_true")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--startup-only", action="store_true")
+    only.add_argument("--status-only", action="store_true", help="only status against check-access")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="narwhal-bench-") as tmp:
         workdir = Path(tmp)
         workdir.chmod(0o711)
-        startup(workdir, args.repeat)
+        if not args.status_only:
+            startup(workdir, args.repeat)
         if not args.startup_only:
+            status_cost(workdir, args.repeat)
+        if not args.startup_only and not args.status_only:
             end_to_end(workdir, args.hosts, args.repeat)
 
 

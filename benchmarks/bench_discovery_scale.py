@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from fleetsim import SimFleet
+
 from narwhal_assets.cli.main import main as deploy_hosts
 
 ENGINE_ENV = [

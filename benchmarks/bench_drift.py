@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fleetsim import SimFleet
+
 from narwhal_assets.cli.main import main as deploy_hosts
 from narwhal_assets.core.discovery.drift import DriftReport
 from narwhal_assets.core.inputs.settings import Settings

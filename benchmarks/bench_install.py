@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from fleetsim import SimFleet
+
 from narwhal_assets.cli.main import main as deploy_hosts
 
 PR_SET_CHILD_SUBREAPER = 36

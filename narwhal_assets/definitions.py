@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import dagster as dg
 
@@ -17,15 +18,20 @@ from narwhal_assets.defs.discovery.freshness import discovered_set_fresh, discov
 from narwhal_assets.defs.discovery.inventory import host_inventory
 from narwhal_assets.defs.installation.assets import host_installation, install_job
 from narwhal_assets.defs.installation.checks import installation_outdated_sensor, installed_from_latest_manifest
+from narwhal_assets.defs.installation.fleet import fleet_install_job
 from narwhal_assets.defs.installation.status import live_matches_installed
 from narwhal_assets.defs.names import DISCOVERY_JOB, PREPARE_JOB
-from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
+from narwhal_assets.defs.resources import ManagementCheckout, SshSettings, default_root
 from narwhal_assets.defs.schedules import reverify_installed_hosts, weekly_full_rehash
 from narwhal_assets.defs.sensors import inventory_sensor, rediscovery_sensor
+from narwhal_assets.local.process_env import scrub_access_variables
 
 # Every process that loads this code location (dagster CLI, code server, run workers) creates Dagster's
 # storage and compute logs private, like every file the project writes.
 os.umask(0o077)
+# A password or destination a Dagster command copied from a `.env` into this process would reach every
+# process it starts; settings read `.env` itself, so the copy goes (named in a warning, never shown).
+scrub_access_variables(os.environ, Path(default_root()))
 
 DISCOVERY_ASSETS = [host_inventory, host_discovery, discovered_config]
 ALL_ASSETS = [*DISCOVERY_ASSETS, prepare_deployment, host_installation]
@@ -54,7 +60,7 @@ prepare_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(prepare_deployment),
     description="One verified deployment directory from the discovered config set",
 )
-JOBS = [discovery_job, prepare_job, install_job]
+JOBS = [discovery_job, prepare_job, install_job, fleet_install_job]
 
 
 def make_definitions(root: str = "") -> dg.Definitions:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import shlex
 import sys
 from pathlib import Path
 
@@ -52,10 +53,16 @@ def start(workdir: Path, hosts: int) -> int:
     print(
         f"fleet {fleet.prefix}: {len(fleet.hosts)} hosts up in {fleet.last_start_seconds:.2f}s "
         f"(image {h1.image_ref}, model /srv/models/{DEMO_MODEL}); state in {fleet.state_path}\n"
-        f"stop it with: python -m fleetsim stop --dir {workdir}",
+        f"stop it with: {stop_command(workdir)}",
         file=sys.stderr,
     )
     return 0
+
+
+def stop_command(workdir: Path) -> str:
+    """The stop command as it works from any directory and shell: this interpreter (the one that has
+    fleetsim, usually the repository's .venv, not whichever `python` is on PATH) and an absolute DIR."""
+    return shlex.join([sys.executable, "-m", "fleetsim", "stop", "--dir", str(workdir.resolve())])
 
 
 def stop(workdir: Path) -> int:

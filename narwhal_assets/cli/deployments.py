@@ -1,10 +1,9 @@
-"""`deploy-hosts status`, `rollback` and `prune`: which deployment each host runs, going back, cleaning up.
+"""`deploy-hosts status` and `prune`: which deployment each host runs, and cleaning up (rollback: cli/install.py).
 
 `status` reads every selected host over one strict connection (read-only), records each host's live
 deployment as an observation of its `host_installation` partition and the drift check's evaluation, then
 prints a table (or `--json`); exit 1 when a host could not be read, something is tampered or drifting.
-`rollback --run DIR` runs `install_job` in `activate` mode per host: the prepared run must still be complete
-and untampered there (nothing is sent), then `current` moves to it. `prune --keep N` removes old deployment
+`prune [--keep N]` (default 5; under the fleet lock) removes old deployment
 directories on hosts (never `current`, never a locked one) and prepared runs on this workstation that no
 host holds any more; `--dry-run` only lists them.
 """
@@ -14,17 +13,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from narwhal_assets.cli.install import add_run_arguments, add_selection, run_partitions
+from narwhal_assets.cli.install import add_selection
 from narwhal_assets.core.errors import InputError, NarwhalError
 
 if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast --help)
+    from dagster import DagsterInstance
+
     from narwhal_assets.local.checkout import Checkout
     from narwhal_assets.workflows.deployments import HostStatus, PreparedRecord
 
 EXIT_FAILED = 1
 SHORT = 12
+DEFAULT_KEEP = 5  # prune's retention when --keep is not given (README)
 
 
 def _short(value: str | None) -> str:
@@ -46,11 +50,19 @@ def _read(args: argparse.Namespace) -> tuple[Checkout, list[HostStatus], list[Pr
 
 
 def status(args: argparse.Namespace) -> int:
-    from narwhal_assets.cli.install import instance_with_hosts
-    from narwhal_assets.defs.installation.status import record_statuses
+    """Check the input before Dagster is imported or the instance touched (bad input answers at once), read
+    the hosts, then record what they run. (Importing Dagster in a thread while the hosts answer was measured:
+    it competes with the SSH handshakes for the interpreter and gained nothing.)"""
+    from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.ssh.access import make_connector
+    from narwhal_assets.ssh.trust import TrustMode
+    from narwhal_assets.workflows.deployments import fleet_status, prepared_runs
 
-    checkout, statuses, _ = _read(args)
-    instance = instance_with_hosts(args.root, checkout.inventory.host_ids())
+    checkout = Checkout.open(args.root)
+    entries = checkout.select(args.host or (), args.role or ())
+    connector = make_connector(checkout.settings, TrustMode.STRICT)
+    statuses = fleet_status(connector, checkout.settings, entries, prepared_runs(checkout.settings))
+    instance, record_statuses = _status_instance(args.root, checkout.inventory.host_ids())
     drifted, evaluation = record_statuses(instance, statuses)
     selected = {s.host_id for s in statuses}
     problems = [p for s in statuses for p in s.problems()]
@@ -64,6 +76,15 @@ def status(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"deploy-hosts status: {problem}", file=sys.stderr)
     return EXIT_FAILED if problems else 0
+
+
+def _status_instance(root: Path, host_ids: list[str]) -> tuple[DagsterInstance, Callable[..., Any]]:
+    """The instance with every host's partition, and the function that records statuses in it (Dagster is
+    imported here, after the input was checked)."""
+    from narwhal_assets.cli.install import instance_with_hosts
+    from narwhal_assets.defs.installation.status import record_statuses
+
+    return instance_with_hosts(root, host_ids), record_statuses
 
 
 def _print_table(statuses: list[HostStatus]) -> None:
@@ -80,11 +101,24 @@ def _print_table(statuses: list[HostStatus]) -> None:
             print(f"  {d.name:<32} {d.state:<10} {d.check:<9} revision {_short(d.revision)}{mark}")
 
 
-def rollback(args: argparse.Namespace) -> int:
-    return run_partitions(args, "activate", "rollback")
-
-
 def prune(args: argparse.Namespace) -> int:
+    """Under the fleet lock unless `--dry-run`: no install or rollback moves `current` while this removes."""
+    from contextlib import ExitStack
+
+    from narwhal_assets.defs.resources import SshSettings
+    from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.ssh.trust import TrustMode
+    from narwhal_assets.workflows.fleet_lock import FleetLock, LockRequest
+
+    with ExitStack() as stack:
+        if not args.dry_run:
+            checkout = Checkout.open(args.root)
+            connector = SshSettings().connector(checkout.settings, TrustMode.STRICT)
+            stack.enter_context(FleetLock(connector, checkout.settings, checkout.inventory, LockRequest("prune")))
+        return _prune(args)
+
+
+def _prune(args: argparse.Namespace) -> int:
     from narwhal_assets.defs.resources import SshSettings
     from narwhal_assets.protocols.install import terminal_safe
     from narwhal_assets.ssh.trust import TrustMode
@@ -141,14 +175,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_selection(st)
     st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
     st.set_defaults(func=status)
-    rb = sub.add_parser("rollback", help="make a previously installed prepared run current again (install_job, "
-                        "activate mode)", description=__doc__)  # fmt: skip
-    add_run_arguments(rb)
-    rb.set_defaults(func=rollback)
     pr = sub.add_parser("prune", help="remove old deployment directories on hosts and unused prepared runs",
                         description=__doc__)  # fmt: skip
-    pr.add_argument("--keep", type=int, required=True, metavar="N", help="deployments kept per host (current "
-                    "included) and newest prepared runs kept on this workstation")  # fmt: skip
+    pr.add_argument("--keep", type=int, default=DEFAULT_KEEP, metavar="N", help="deployments kept per host "
+                    "(current included) and newest prepared runs kept on this workstation (default "
+                    f"{DEFAULT_KEEP}: the current one and four to roll back to)")  # fmt: skip
     pr.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
     add_selection(pr)
     pr.set_defaults(func=prune)

@@ -11,6 +11,9 @@ COMMAND = "discover"
 
 
 def run(args: argparse.Namespace) -> int:
+    from narwhal_assets.local.checkout import Checkout
+
+    Checkout.open(args.root)  # bad input (no .env, a broken inventory): exit 2 before any run or file
     from narwhal_assets.core.display import printable
     from narwhal_assets.defs.discovery.assets import OBSERVATIONS
     from narwhal_assets.runtime.runner import run_job

@@ -1,85 +1,34 @@
-"""`deploy-hosts install --run DIR`: materialize `host_installation` for the selected hosts as `install_job`.
+"""`deploy-hosts install --run DIR` and `rollback --run DIR`: one fleet operation (`fleet_install_job`).
 
-The manifest is checked against the checkout for every host before any connection (exit 2). Each host is
-its own run and partition event; up to `--max-parallel` run at once. With `--max-parallel 1` hosts run in
-inventory order and the first failure stops the rest, as the upstream deployment helper does. A host where
-the run is already installed and intact gets nothing sent; `current` is moved to it either way.
+The manifest is checked against the checkout for every host before any connection (exit 2). Then, under
+the fleet lock, every selected host is staged over its one SSH connection and only then activated
+(`--activate all`, the default: if any host failed, none moves); `--activate each` moves each host as soon
+as it staged, `--activate none` stages only (`rollback --run DIR` activates later). `--canary N` stages and
+activates the first N selected hosts before any other is contacted. Each host line says what happened to
+`current`. A host already complete gets nothing sent. docs/install.md has the whole story.
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
+import secrets
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.errors import InputError
 
 if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast --help)
     from dagster import DagsterInstance
 
     from narwhal_assets.core.inputs.inventory import HostEntry
-    from narwhal_assets.workflows.install import HostOutcome, Mode
+    from narwhal_assets.workflows.install import Mode
+    from narwhal_assets.workflows.rollout import Progress
 
 EXIT_FAILED = 1
-COMMAND = "install"
-DEFAULT_PARALLEL = 8
-# The packages dagster.yaml names for its storage classes: a worker would import them lazily to open the instance.
-DAGSTER_STORAGE = [
-    "narwhal_assets.runtime.instance_storage",
-    "dagster._core.storage.event_log",
-    "dagster._core.storage.runs",
-    "dagster._core.storage.schedules",
-]
-
-
-def run_host(root: Path, run_dir: Path, host_id: str, mode: Mode = "install", command: str = COMMAND) -> HostOutcome:
-    """One `install_job` run for one partition against the operator's instance; a failing gate comes back as
-    the host's outcome. Runs in a worker process when hosts run in parallel: Dagster's in-process execution
-    is not safe in several threads of one process (its log handlers and SQLite storage lock each other)."""
-    from narwhal_assets.defs.installation.assets import INSTALLATION, install_job
-    from narwhal_assets.runtime.runner import run_job
-    from narwhal_assets.workflows.install import HostInstallFailure, HostOutcome
-
-    config: dict[str, Any] = {"ops": {INSTALLATION.path[-1]: {"config": {"run_dir": str(run_dir), "mode": mode}}}}
-    try:
-        result = run_job(root, install_job.name, command, run_config=config, partition_key=host_id)
-    except HostInstallFailure as failure:
-        return failure.outcome or HostOutcome(host_id, gate=failure.gate, message=failure.message)
-    except NarwhalError as exc:
-        return HostOutcome(host_id, gate="input", message=str(exc).replace("\n", "; "))
-    [event] = result.asset_materializations_for_node(INSTALLATION.path[-1])
-    meta = {key: value.value for key, value in event.metadata.items()}
-    return HostOutcome(
-        host_id, str(meta["outcome"]), bytes_sent=int(meta["bytes_sent"]), files_sent=int(meta["files_sent"]),
-        files_verified=int(meta["files_verified"]), seconds=float(meta["seconds"]),
-    )  # fmt: skip
-
-
-def run_host_in_worker(
-    environ: dict[str, str], root: Path, run_dir: Path, host_id: str, mode: Mode, command: str
-) -> HostOutcome:
-    """`run_host` in a worker, with the caller's environment (the fork server's may be older); the worker
-    closes its databases after each host since it will leave by `os._exit`, which skips `atexit`."""
-    from narwhal_assets.runtime.instance_storage import close_databases
-
-    os.environ.clear()
-    os.environ.update(environ)
-    try:
-        return run_host(root, run_dir, host_id, mode, command)
-    finally:
-        close_databases()
-
-
-def workers(count: int) -> ProcessPoolExecutor:
-    """Worker processes forked from a server that imported this module, the code location and Dagster's storage
-    (~0.7 s of CPU, 460 modules) once: cheap per host, no inherited threads or open storage from the caller."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__, "narwhal_assets.definitions", *DAGSTER_STORAGE])
-    return ProcessPoolExecutor(max_workers=count, mp_context=context)
+DEFAULT_PARALLEL = 8  # workflows.rollout.DEFAULT_PARALLEL, spelled here so --help needs no import
+ACTIVATE_CHOICES = ("all", "each", "none")
 
 
 def instance_with_hosts(root: Path, host_ids: list[str]) -> DagsterInstance:
@@ -95,67 +44,101 @@ def instance_with_hosts(root: Path, host_ids: list[str]) -> DagsterInstance:
     return instance
 
 
-def run(args: argparse.Namespace) -> int:
-    return run_partitions(args, "install", COMMAND)
+def install(args: argparse.Namespace) -> int:
+    return run_fleet(args, "install", "install")
 
 
-def run_partitions(args: argparse.Namespace, mode: Mode, command: str) -> int:
-    """`install_job` for each selected host's partition in `mode`, reporting each host; exit 1 on a failure."""
+def rollback(args: argparse.Namespace) -> int:
+    return run_fleet(args, "activate", "rollback")
+
+
+def run_fleet(args: argparse.Namespace, mode: Mode, command: str) -> int:
+    """One `fleet_install_job` run over the selected hosts; one line per host; exit 1 when a host failed."""
+    from narwhal_assets.defs.installation.fleet import OP, RolloutFailed
+    from narwhal_assets.defs.names import DEPLOYMENT_TAG, FLEET_INSTALL_JOB, REVISION_TAG
     from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.runtime.runner import run_job
     from narwhal_assets.workflows.install import open_prepared_run
+    from narwhal_assets.workflows.rollout import tracking
 
+    problems = []
     if args.max_parallel < 1:
-        raise InputError(["--max-parallel: must be 1 or more"])
+        problems.append("--max-parallel: must be 1 or more")
+    if args.canary < 0:
+        problems.append("--canary: must be 0 or more")
+    if problems:
+        raise InputError(problems)
     checkout = Checkout.open(args.root)
     entries = checkout.select(args.host or (), args.role or ())
     prepared = open_prepared_run(checkout.settings, checkout.inventory, args.run)
     instance_with_hosts(args.root, checkout.inventory.host_ids())
     manifest = prepared.manifest
-    print(f"{command} {prepared.run_dir} revision {manifest.revision} into ~/{manifest.remote_dir}")
-    outcomes: dict[str, HostOutcome] = {}
-    if args.max_parallel == 1 or len(entries) == 1:
-        for entry in entries:
-            outcomes[entry.id] = run_host(args.root, prepared.run_dir, entry.id, mode, command)
-            _show(entry, outcomes[entry.id])
-            if not outcomes[entry.id].ok:
-                break
-    else:
-        with workers(min(args.max_parallel, len(entries))) as pool:
-            environ = dict(os.environ)
-            futures = {e.id: pool.submit(run_host_in_worker, environ, args.root, prepared.run_dir, e.id, mode,
-                                         command) for e in entries}  # fmt: skip
-            for entry in entries:
-                outcomes[entry.id] = futures[entry.id].result()
-                _show(entry, outcomes[entry.id])
-    skipped = [e.id for e in entries if e.id not in outcomes]
-    for host_id in skipped:
-        print(f"  {host_id:<10} not attempted: an earlier host failed (--max-parallel 1 stops at the first failure)")
-    failed = [o for o in outcomes.values() if not o.ok]
-    print(f"logs in {prepared.run_dir / 'logs'}")
+    print(f"{command} {prepared.run_dir} revision {manifest.revision} as {manifest.deployment_id} "
+          f"into ~/{manifest.remote_dir}: stage {len(entries)} hosts, activate {args.activate}"
+          + (f", canary {args.canary}" if args.canary else ""))  # fmt: skip
+    key = secrets.token_hex(8)
+    config = {"run_dir": str(prepared.run_dir), "mode": mode, "hosts": [e.id for e in entries],
+              "activate": args.activate, "canary": args.canary, "max_parallel": args.max_parallel,
+              "message": args.message or "", "progress": key}  # fmt: skip
+    tags = {REVISION_TAG: manifest.revision, DEPLOYMENT_TAG: manifest.deployment_id}
+    with tracking(key) as progress:
+        with suppress(RolloutFailed):  # every host's line follows
+            run_job(args.root, FLEET_INSTALL_JOB, command, run_config={"ops": {OP: {"config": config}}}, tags=tags,
+                    interrupted=progress.lines)  # fmt: skip
+        report(command, prepared.run_dir, entries, progress)
+    return 0 if len(progress.outcomes) == len(entries) and all(o.ok for o in progress.outcomes) else EXIT_FAILED
+
+
+def report(command: str, run_dir: Path, selected: list[HostEntry], progress: Progress) -> None:
+    """Each host's line, then what was not contacted, where every host now runs, and what failed."""
+    from narwhal_assets.workflows.rollout import where_hosts_run
+
+    if progress.broken is not None:
+        print(f"took over the stale fleet lock of {progress.broken.describe()}")
+    outcomes = {o.host_id: o for o in progress.outcomes}
+    for entry in selected:
+        what = outcomes[entry.id].describe() if entry.id in outcomes else "not contacted (a canary or an earlier "\
+            "host failed)"
+        print(f"  {entry.id:<10} roles={','.join(entry.roles):<18} {what}")
+    failed = [o for o in progress.outcomes if not o.ok]
+    if failed and not any(o.activation == "activated" for o in progress.outcomes):
+        print(f"none was activated: {', '.join(o.host_id for o in failed)} failed; a rerun sends nothing to the "
+              "hosts that staged")  # fmt: skip
+    elif failed:
+        placed = where_hosts_run(progress.outcomes)
+        print("now running: " + "; ".join(f"{where} on {', '.join(hosts)}" for where, hosts in placed.items()))
+    if any(o.activation == "not activated" for o in progress.outcomes) and not failed:
+        print(f"activate later with: deploy-hosts rollback --run {run_dir}")
+    print(f"logs in {run_dir / 'logs'}")
     for outcome in failed:
         print(f"deploy-hosts {command}: host {outcome.host_id} failed at gate {outcome.gate!r}: {outcome.message}",
               file=sys.stderr)  # fmt: skip
-    return EXIT_FAILED if failed or skipped else 0
-
-
-def _show(entry: HostEntry, outcome: HostOutcome) -> None:
-    print(f"  {entry.id:<10} roles={','.join(entry.roles):<18} {outcome.describe()}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("install", help="install a prepared run on the selected hosts (install_job)",
+    parser = sub.add_parser("install", help="install a prepared run on the selected hosts: stage all, then activate",
                             description=__doc__)  # fmt: skip
     add_run_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=install)
+    rb = sub.add_parser("rollback", help="make a previously installed prepared run current again (nothing sent)",
+                        description=__doc__)  # fmt: skip
+    add_run_arguments(rb)
+    rb.set_defaults(func=rollback)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--run DIR`, the host selection and `--max-parallel`: shared by `install` and `rollback`."""
+    """`--run DIR`, the host selection, `--activate`, `--canary`, `--max-parallel` and `--message`."""
     parser.add_argument("--run", type=Path, required=True, metavar="DIR", help="the prepared directory")
     add_selection(parser)
+    parser.add_argument("--activate", choices=ACTIVATE_CHOICES, default="all",
+                        help="all (default): move `current` only once every selected host staged; each: each "
+                        "host as soon as it staged; none: stage only")  # fmt: skip
+    parser.add_argument("--canary", type=int, default=0, metavar="N",
+                        help="stage and activate the first N selected hosts before contacting any other")
     parser.add_argument("--max-parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
-                        help=f"hosts at once (default {DEFAULT_PARALLEL}); 1: inventory order, "
-                        "stop at the first failure")  # fmt: skip
+                        help=f"hosts at once (default {DEFAULT_PARALLEL}); with --activate each, 1: inventory "
+                        "order, stop at the first failure")  # fmt: skip
+    parser.add_argument("--message", default="", metavar="TEXT", help="said by the fleet lock while this runs")
 
 
 def add_selection(parser: argparse.ArgumentParser) -> None:

@@ -29,9 +29,12 @@ def parse_forward(text: str) -> tuple[int, str, int]:
     return ports[0], (match.group(2) or "127.0.0.1").strip("[]"), ports[1]
 
 
-def role_shell_command(remote_dir: str, role: Role, command: str | None) -> str:
+def role_shell_command(remote_dir: str, role: Role, command: str | None, host_id: str) -> str:
     """The remote command of a role shell: enter the deployed checkout, load only this role's file with
     tracing off, activate `.venv`, then an interactive bash (or `command`) without profile or rc files.
+
+    The prompt names the role and host (`(engine-2@node-2) ~/Narwhal-deploy/... (.venv) $`): `activate` alone
+    would leave `(.venv) bash-5.2$`, the same on every host of the fleet.
 
     `remote_dir` is `Narwhal-deploy/<hex id>` (checked by the manifest model) or `Narwhal-deploy/current`
     (the deployment in service), so it needs no quoting.
@@ -42,9 +45,15 @@ def role_shell_command(remote_dir: str, role: Role, command: str | None) -> str:
         f'{{ echo "{remote_dir} is not installed here: run deploy-hosts install" >&2; exit 1; }}; '
         "cd checkout || exit 1; "
         f"set +x; . runs/deployment/{role.env_file} || exit 1; . .venv/bin/activate || exit 1; "
+        f"PS1={shlex.quote(_prompt(role, host_id))}; export PS1; "
         f"exec bash --noprofile --norc {final}"
     )
     return f"exec bash --noprofile --norc -c {shlex.quote(inner)}"
+
+
+def _prompt(role: Role, host_id: str) -> str:
+    """bash's PS1 for a role shell; role names and host ids are checked identifiers, so nothing here expands."""
+    return f"({role.name}@{host_id}) \\w (.venv) \\$ "
 
 
 def build(args: argparse.Namespace) -> OpenSshCommand:
@@ -63,7 +72,7 @@ def build(args: argparse.Namespace) -> OpenSshCommand:
     if remote_dir is not None:
         role = Role.parse(args.role)
         assert role is not None  # the inventory only holds valid roles
-        remote_command = role_shell_command(remote_dir, role, command)
+        remote_command = role_shell_command(remote_dir, role, command, entry.id)
     elif command is not None:
         raise InputError(["--command needs --run or --current: it runs in the role environment of a deployment"])
     access = host_access(checkout.settings, entry)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from narwhal_assets.cli import access, deployments, discover, install, interactive, plan, prepare
+from narwhal_assets.cli import access, deployments, discover, install, interactive, lock, plan, prepare, ui
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
 
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="deploy-hosts", description=__doc__)
     parser.add_argument("--root", type=Path, default=None, help=ROOT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (plan, discover, prepare, access, install, deployments, interactive):
+    for module in (plan, discover, prepare, access, install, deployments, lock, interactive, ui):
         module.register(sub)
     for command in sub.choices.values():  # `deploy-hosts plan --root X` works as well as `--root X plan`
         command.add_argument("--root", type=Path, default=argparse.SUPPRESS, help=ROOT_HELP)

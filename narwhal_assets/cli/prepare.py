@@ -17,10 +17,14 @@ COMMAND = "prepare"
 
 
 def run(args: argparse.Namespace) -> int:
+    from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.workflows.prepare import check_inputs
+
+    out = str(Path(args.out).resolve()) if args.out else ""
+    check_inputs(Checkout.open(args.root).settings, out or None)  # bad input: exit 2 before any run or file
     from narwhal_assets.defs.deployment.assets import DEPLOYMENT_MANIFEST, OP_NAME, ROLE_ENVIRONMENTS
     from narwhal_assets.runtime.runner import run_job
 
-    out = str(Path(args.out).resolve()) if args.out else ""
     config = {"ops": {OP_NAME: {"config": {"out": out}}}}
     result = run_job(args.root, PREPARE_JOB, COMMAND, run_config=config)
     meta = _metadata(result)

@@ -1,4 +1,5 @@
-"""Sensors: the fleet watches itself. Thin Dagster layer over `core.watch`, `core.drift` and `rediscovery`.
+"""Sensors: the fleet watches itself. Thin Dagster layer over `core.discovery.watch`, `core.discovery.drift` and
+`workflows.rediscover`.
 
 - `inventory_sensor`: the operator's inputs by content hash (cursor); keeps `narwhal_hosts` equal to the
   inventory and requests `discovery_job` once per new input state.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from narwhal_assets.core.discovery.manifest import DiscoveryManifest
 from narwhal_assets.core.discovery.watch import input_states, parse_duration, rediscovery_reasons, run_key
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.core.inputs.settings import DOTENV, Settings
@@ -25,7 +27,7 @@ from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME, partition_requ
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
 from narwhal_assets.local.privatefiles import sha256_file
 from narwhal_assets.ssh.trust import TrustMode
-from narwhal_assets.workflows.discover import MANIFEST, DiscoveryRun, latest_complete_run, operator_settings
+from narwhal_assets.workflows.discover import DiscoveryRun, latest_complete_run, operator_settings
 from narwhal_assets.workflows.rediscover import check_drift
 
 AUTOMATION_DEFAULT = dg.DefaultSensorStatus.STOPPED
@@ -51,7 +53,7 @@ def published_hashes(settings: Settings) -> dict[str, str] | None:
     run = latest_complete_run(settings)
     if run is None:
         return None
-    return dict(json.loads((run.run_dir / MANIFEST).read_text(encoding="utf-8")).get("files", {}))
+    return dict(DiscoveryManifest.load(run.run_dir).files)
 
 
 @dg.sensor(
@@ -69,9 +71,9 @@ def inventory_sensor(
     try:
         opened = checkout.open()
         settings, inventory = opened.settings, opened.inventory
+        published = published_hashes(settings)
     except InputError as exc:
         return dg.SkipReason(f"inputs not usable, nothing requested:\n{exc}")
-    published = published_hashes(settings)
     states = input_states(watched_hashes(settings), published or {})
     previous = json.loads(context.cursor) if context.cursor else None
     reasons = rediscovery_reasons(previous, states, discovered=published is not None)

@@ -29,11 +29,27 @@ new symlink, only under the deployment's lock, after its marker is there and eve
 
 A file already in place with other content, a symlink or a non-regular file stops the host at the gate
 that found it and is left as it was.
+
+What this program trusts, never follows, never runs (every action):
+- Paths: each directory from the home directory down is `lstat`ed and must be a real directory; files are
+  opened `O_NOFOLLOW|O_NONBLOCK` and `fstat`ed (regular, bounded size) before a byte is read, so a symlink
+  planted where a directory belongs (`Narwhal-deploy`, the deployment, `checkout`, `.venv`, a placed file's
+  directory, the lock) stops the host at a named gate and a FIFO never blocks it.
+- Results: a step's result is verified before it is trusted: received files by hash, the checkout by
+  comparing each tracked file's content with the revision's tree, the virtualenv by what `python -m venv`
+  leaves when it completed (a half-made one is rebuilt); the marker is written only over all of them.
+- git: no system or global config, no inherited `GIT_*` variable, no hooks, no fsmonitor, no replace
+  objects, no index refresh; an index flag that hides changes (assume-unchanged, skip-worktree) is a tamper.
+- The lock: at most one installer per deployment directory; a stale lock is taken over under an exclusive
+  `flock` of the deployment directory (re-judged there, renamed away, then a fresh lock), and an installer
+  removes only a lock whose owner record is its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import itertools
 import json
@@ -60,7 +76,21 @@ CURRENT = "current"
 ENTRY_LIMIT = 256
 COMMAND_TIMEOUT_S = 3600.0
 GIT_TIMEOUT_S = 600.0
+# Every command of one action ends within this budget (the `budget_s` parameter), so a hanging install
+# command fails here at its own gate, with its output, before the workstation's command timeout
+# (`SshSettings.command_timeout_s`, 600 s) gives up on the whole connection.
+ACTION_BUDGET_S = 540.0
+OWNER_LIMIT = 4096
+FILE_SET_LIMIT = 256
+GIT_OUTPUT_LIMIT = 64 << 20
 ACTIONS = ("inspect", "install", "commit", "activate", "status", "prune")
+# git reads no configuration but the checkout's own, overridden here where it could run a program or hide
+# a change; the environment carries no inherited GIT_* variable (GIT_CONFIG_COUNT, GIT_DIR, ...).
+GIT_OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
+               "-c", "core.trustctime=true", "-c", "core.checkStat=default", "-c", "core.sparseCheckout=false",
+               "-c", "core.autocrlf=false", "-c", "core.symlinks=true", "-c", "core.filemode=true")  # fmt: skip
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_NO_REPLACE_OBJECTS": "1",
+           "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_ATTR_NOSYSTEM": "1"}  # fmt: skip
 
 
 class GateFailure(Exception):
@@ -79,8 +109,8 @@ class _Stop(BaseException):
 class Installer:
     def __init__(self, params: dict) -> None:
         self.params = params
-        home = os.path.expanduser("~")
-        self.base = os.path.join(home, params.get("remote_base") or params["remote_dir"])
+        self.home = os.path.expanduser("~")
+        self.base = os.path.join(self.home, params.get("remote_base") or params["remote_dir"])
         # `~/Narwhal-deploy`, where `current` is: the base itself for `status` and `prune`
         self.top = self.base if params.get("remote_base") else os.path.dirname(self.base)
         self.revision = params.get("revision", "")
@@ -91,8 +121,10 @@ class Installer:
         self.verified = 0
         self.received = 0
         self.bytes_received = 0
-        self.lock_taken = False
+        self.lock_owner: dict | None = None  # the owner record of the lock this installer holds
         self.temps: list = []
+        self.budget = float(params.get("budget_s", ACTION_BUDGET_S))
+        self.deadline = time.monotonic() + self.budget
 
     # ----------------------------------------------------------------- helpers
 
@@ -100,40 +132,52 @@ class Installer:
         return os.path.join(self.base, *parts)
 
     def run(self, argv: list, gate: str, cwd: str, env: dict | None = None, timeout: float = GIT_TIMEOUT_S) -> str:
-        """Run one command, record it as a step (argv, exit status, bounded output); fail `gate` on non-zero."""
+        """Run one command, record it as a step (argv, exit status, bounded output); fail `gate` on non-zero.
+
+        Bounded by `timeout` and by what is left of the action's budget: on expiry the command and every
+        process it started are killed and the command's own gate fails (not the workstation's connection).
+        """
         began = time.monotonic()
+        limit = min(timeout, self.deadline - began)
+        if limit <= 0:
+            raise GateFailure(gate, f"{_show(argv)}: not started, the action's {self.budget:.0f} s budget is spent")
+        timed_out = False
         try:
-            proc = subprocess.run(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, timeout=timeout, check=False,
-            )  # fmt: skip
-            rc, out = proc.returncode, proc.stdout
-        except subprocess.TimeoutExpired as exc:
-            rc, out = -1, (exc.output or b"") + f"\n[timed out after {timeout:.0f} s]\n".encode()
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)  # fmt: skip
         except OSError as exc:
             rc, out = 127, f"cannot run {argv[0]}: {exc.strerror}\n".encode()
+        else:
+            try:
+                out, _ = proc.communicate(timeout=limit)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                out = _stop_tree(proc)
+            rc = -1 if timed_out else proc.returncode
         text = out[:OUTPUT_LIMIT].decode("utf-8", "replace")
         if len(out) > OUTPUT_LIMIT:
             text += f"\n[... {len(out) - OUTPUT_LIMIT} bytes truncated]\n"
+        if timed_out:
+            text += f"\n[did not finish within {limit:.0f} s; stopped it]\n"
         self.steps.append({"argv": argv, "rc": rc, "output": text, "seconds": round(time.monotonic() - began, 3)})
+        if timed_out:
+            raise GateFailure(gate, f"{_show(argv)} did not finish within {limit:.0f} s (stopped it)")
         if rc != 0:
             raise GateFailure(gate, f"{_show(argv)} exited {rc}")
-        return text
+        return out[:GIT_OUTPUT_LIMIT].decode("utf-8", "surrogateescape")
 
     def git(self, *args: str, gate: str = "checkout") -> str:
-        return self.run(["git", "-C", self.path(CHECKOUT), *args], gate, cwd=self.base)
+        return self.run(["git", "-C", self.path(CHECKOUT), *GIT_OPTIONS, *args], gate, self.base, _git_env())
 
     # ----------------------------------------------------------------- files
 
     def file_state(self, entry: dict) -> str:
         """`present` (regular, right hash) or `missing`; anything else fails the `verify file` gate."""
         where = self.path(entry["name"])
-        try:
-            info = os.lstat(where)
-        except FileNotFoundError:
+        if not os.path.lexists(where):
             return "missing"
-        _regular(info, entry["name"], "verify file")
-        if _sha256(where) != entry["sha256"]:
+        _real_dirs(self.base, os.path.dirname(where), "verify file")
+        if _sha256(where, entry["name"], "verify file", entry["size"]) != entry["sha256"]:
             raise GateFailure("verify file", f"{entry['name']}: content differs from the manifest (left as it is)")
         self.verified += 1
         return "present"
@@ -150,26 +194,27 @@ class Installer:
         sizes = {e["name"]: e for e in self.files}
         for name in self.params.get("send", []):
             entry = sizes[name]
+            target = self.path(name)
             temp = self.path(f".{name.replace('/', '_')}.part-{os.getpid()}")
             self.temps.append(temp)
             digest = hashlib.sha256()
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                left = entry["size"]
-                while left:
-                    block = sys.stdin.buffer.read(min(CHUNK, left))
-                    if not block:
-                        raise GateFailure("transfer", f"{name}: the stream ended {left} bytes early")
-                    digest.update(block)
-                    handle.write(block)
-                    left -= len(block)
-                handle.flush()
-                os.fsync(handle.fileno())
+            with _naming(target):
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as handle:
+                    left = entry["size"]
+                    while left:
+                        block = sys.stdin.buffer.read(min(CHUNK, left))
+                        if not block:
+                            raise GateFailure("transfer", f"{name}: the stream ended {left} bytes early")
+                        digest.update(block)
+                        handle.write(block)
+                        left -= len(block)
+                    handle.flush()
+                    os.fsync(handle.fileno())
             self.bytes_received += entry["size"]
             if digest.hexdigest() != entry["sha256"]:
                 raise GateFailure("transfer", f"{name}: received content does not match the manifest hash")
-            target = self.path(name)
-            _make_dirs(os.path.dirname(target), self.base)
+            _make_dirs(os.path.dirname(target), self.base, "verify file")
             if self.file_state(entry) == "missing":
                 os.link(temp, target)
                 self.received += 1
@@ -183,32 +228,28 @@ class Installer:
             if not entry.get("install_to"):
                 continue
             target = os.path.join(checkout, entry["install_to"])
-            _make_dirs(os.path.dirname(target), checkout)
-            try:
-                info = os.lstat(target)
-            except FileNotFoundError:
-                temp = f"{target}.part-{os.getpid()}"
-                self.temps.append(temp)
-                shutil.copyfile(self.path(entry["name"]), temp, follow_symlinks=False)
-                os.chmod(temp, 0o600)
-                os.link(temp, target)
-                os.unlink(temp)
-                self.temps.remove(temp)
+            _make_dirs(os.path.dirname(target), checkout, "place file", CHECKOUT)
+            if os.path.lexists(target):
+                self.verify_placed(entry, "place file")
                 continue
-            self.verify_placed(entry, info, "place file")
+            temp = f"{target}.part-{os.getpid()}"
+            self.temps.append(temp)
+            with _naming(target):
+                _copy_new(self.path(entry["name"]), temp, entry["name"])
+            os.link(temp, target)
+            os.unlink(temp)
+            self.temps.remove(temp)
 
-    def verify_placed(self, entry: dict, info: os.stat_result | None, gate: str) -> None:
+    def verify_placed(self, entry: dict, gate: str) -> None:
         target = os.path.join(self.path(CHECKOUT), entry["install_to"])
         shown = f"{CHECKOUT}/{entry['install_to']}"
-        if info is None:
-            try:
-                info = os.lstat(target)
-            except FileNotFoundError:
-                raise GateFailure(gate, f"{shown}: missing") from None
-        _regular(info, shown, gate)
-        if entry.get("keep_if_present"):
-            return  # the operator may edit it after install (the router's effective fleet)
-        if _sha256(target) != entry["sha256"]:
+        _real_dirs(self.path(CHECKOUT), os.path.dirname(target), gate, CHECKOUT)
+        if not os.path.lexists(target):
+            raise GateFailure(gate, f"{shown}: missing")
+        if entry.get("keep_if_present"):  # the operator may edit it after install (the router's effective fleet)
+            _regular(os.lstat(target), shown, gate)
+            return
+        if _sha256(target, shown, gate, entry["size"]) != entry["sha256"]:
             raise GateFailure(gate, f"{shown}: content differs from the manifest (left as it is)")
         self.verified += 1
 
@@ -218,23 +259,40 @@ class Installer:
         """Clone the bundle into a temporary directory and rename it: a cut connection leaves no half checkout."""
         checkout = self.path(CHECKOUT)
         if os.path.lexists(checkout):
-            if not stat.S_ISDIR(os.lstat(checkout).st_mode):
-                raise GateFailure("checkout", f"{CHECKOUT} is not a directory (left as it is)")
+            _real_dir(checkout, CHECKOUT, "checkout")
             return
         temp = self.path(f"{CHECKOUT}.part-{os.getpid()}")
         self.temps.append(temp)
-        self.run(["git", "clone", "--quiet", "--no-checkout", "--", self.path(BUNDLE), temp], "checkout", self.base)
-        self.run(["git", "-C", temp, "checkout", "--quiet", "--detach", self.revision], "checkout", self.base)
+        env = _git_env()
+        self.run(["git", *GIT_OPTIONS, "clone", "--quiet", "--no-checkout", "--", self.path(BUNDLE), temp], "checkout",
+                 self.base, env)  # fmt: skip
+        self.run(["git", "-C", temp, *GIT_OPTIONS, "checkout", "--quiet", "--detach", self.revision], "checkout",
+                 self.base, env)  # fmt: skip
         os.rename(temp, checkout)
         self.temps.remove(temp)
 
     def verify_checkout(self) -> None:
+        """HEAD is the revision, the index is the revision's tree with no flag that hides a change, and every
+        tracked file's content (hashed here, not by git's stat cache) is the revision's blob."""
+        _real_dir(self.path(CHECKOUT), CHECKOUT, "checkout")
         head = self.git("rev-parse", "--verify", "HEAD").strip()
         if head != self.revision:
             raise GateFailure("checkout", f"{CHECKOUT}: HEAD is {head[:80]}, not the approved revision")
-        dirty = self.git("status", "--porcelain", "--untracked-files=no")
-        if dirty.strip():
-            raise GateFailure("checkout", f"{CHECKOUT}: tracked files differ from the revision (left as they are)")
+        listing = self.git("ls-tree", "-r", "-z", "--full-tree", self.revision)
+        tree = {path: entry[1:] for path, entry in _git_entries(listing, tagged=False).items()}
+        index = _git_entries(self.git("ls-files", "-s", "-v", "-z"), tagged=True)
+        for path, (tag, mode, oid) in sorted(index.items()):
+            if tag.islower() or tag == "S":
+                raise GateFailure("checkout", f"{CHECKOUT}/{_printable_path(path)}: marked assume-unchanged or "
+                                  "skip-worktree in the index, which hides changes (left as it is)")  # fmt: skip
+            if tag != "H" or tree.get(path) != [mode, oid]:
+                raise GateFailure("checkout", DIFFER)
+        if len(index) != len(tree):
+            raise GateFailure("checkout", DIFFER)
+        checkout = self.path(CHECKOUT)
+        for path, (mode, oid) in sorted(tree.items()):
+            if mode != "160000" and _blob_id(checkout, path, mode, len(oid)) != oid:
+                raise GateFailure("checkout", DIFFER)
 
     def environment(self) -> dict:
         venv = self.path(CHECKOUT, VENV)
@@ -244,10 +302,51 @@ class Installer:
         env.pop("PYTHONHOME", None)
         return env
 
+    def venv_problem(self) -> str | None:
+        """What keeps `checkout/.venv` from being what a completed `python -m venv` leaves (None: complete).
+
+        `python -m venv` writes pyvenv.cfg and bin/python first, then pip, then bin/activate: a host killed or
+        out of disk in between leaves a bin/python that proves nothing.
+        """
+        venv = self.path(CHECKOUT, VENV)
+        if not os.path.lexists(venv):
+            return "missing"
+        _real_dir(venv, f"{CHECKOUT}/{VENV}", "venv")
+        for name in ("bin", "lib"):
+            if not _is_real_dir(os.path.join(venv, name)):
+                return f"no {name}/ directory"
+        for name in ("pyvenv.cfg", os.path.join("bin", "activate")):
+            if not _is_regular(os.path.join(venv, name)):
+                return f"no {name}"
+        if not os.path.exists(os.path.join(venv, "bin", "python")):  # venv's own symlink to the interpreter
+            return "no bin/python"
+        lib = os.path.join(venv, "lib")
+        with os.scandir(lib) as entries:
+            versions = [e.name for e in itertools.islice(entries, ENTRY_LIMIT) if e.name.startswith("python")]
+        for version in versions:
+            packages = os.path.join(lib, version, "site-packages")
+            if _is_real_dir(os.path.join(lib, version)) and _is_real_dir(packages) and \
+                    _is_regular(os.path.join(packages, "pip", "__init__.py")):  # fmt: skip
+                return None
+        return "pip is not installed in it"
+
+    def require_venv(self) -> None:
+        problem = self.venv_problem()
+        if problem is not None:
+            raise GateFailure("venv", f"{CHECKOUT}/{VENV} is incomplete ({problem}): run the install again")
+
     def venv_and_commands(self) -> None:
+        """Create `.venv` unless it is complete (a half-made one is removed and rebuilt), verify the result,
+        then run the install and check commands in it."""
         checkout = self.path(CHECKOUT)
-        if not os.path.exists(os.path.join(checkout, VENV, "bin", "python")):
+        problem = self.venv_problem()
+        if problem is not None:
+            if problem != "missing":
+                shutil.rmtree(os.path.join(checkout, VENV))
             self.run([sys.executable, "-m", "venv", VENV], "venv", checkout)
+            problem = self.venv_problem()
+            if problem is not None:
+                raise GateFailure("venv", f"{CHECKOUT}/{VENV}: incomplete after python -m venv ({problem})")
         env = self.environment()
         for gate in ("install", "check"):
             command = self.params.get(gate + "_command")
@@ -260,17 +359,11 @@ class Installer:
         self.verify_checkout()
         for entry in self.files:
             if entry.get("install_to"):
-                self.verify_placed(entry, None, "verify file")
+                self.verify_placed(entry, "verify file")
 
     def marker(self) -> str | None:
-        where = self.path(MARKER)
-        try:
-            info = os.lstat(where)
-        except FileNotFoundError:
-            return None
-        _regular(info, MARKER, "marker")
-        with open(where, "rb") as handle:
-            return handle.read(MARKER_LIMIT).decode("ascii", "replace")
+        data = _read_small(self.path(MARKER), MARKER, "marker", MARKER_LIMIT)
+        return None if data is None else data.decode("ascii", "replace")
 
     def write_marker(self) -> None:
         """The file set first, the marker last: a marker always comes with the file set it was written for."""
@@ -280,11 +373,8 @@ class Installer:
     def write_atomic(self, name: str, text: str) -> None:
         temp = self.path(f".{name}.part-{os.getpid()}")
         self.temps.append(temp)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("ascii"))
-            handle.flush()
-            os.fsync(handle.fileno())
+        with _naming(self.path(name)):
+            _write_new(temp, text.encode("ascii"))
         os.rename(temp, self.path(name))
         self.temps.remove(temp)
 
@@ -302,68 +392,118 @@ class Installer:
     # ----------------------------------------------------------------- lock
 
     def lock(self) -> None:
-        """`mkdir .install-lock`; a lock whose owner process is gone (killed host session) is taken over."""
+        """`mkdir .install-lock` with this installer's owner record. A lock whose owner is gone (killed host
+        session) is taken over atomically: under an exclusive `flock` of the deployment directory (one
+        takeover at a time) the lock is judged again, renamed to a name of this installer's own (it is gone
+        at once for every racer), its owner's leftovers removed, and a fresh lock made; a racer that judged
+        the same stale lock finds the fresh one held when its turn comes."""
         where = self.path(LOCK)
-        for _ in range(2):
-            try:
-                os.mkdir(where, 0o700)
-            except FileExistsError:
-                owner = _read_owner(where)
-                if _process_alive(owner):
-                    raise GateFailure("lock", f"{LOCK} is held by {_describe_owner(owner)}") from None
-                self.discard_leftovers(owner)
-                shutil.rmtree(where, ignore_errors=True)
-                continue
-            self.lock_taken = True
-            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            info = {"pid": os.getpid(), "start": _start_ticks(os.getpid()), "boot": _boot_id(), "since": since,
-                    "by": self.params.get("owner", "")}  # fmt: skip
-            with open(os.path.join(where, LOCK_OWNER), "w", encoding="utf-8") as handle:
-                json.dump(info, handle)
+        mine = {"pid": os.getpid(), "start": _start_ticks(os.getpid()), "boot": _boot_id(),
+                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "by": self.params.get("owner", ""),
+                "token": os.urandom(16).hex()}  # fmt: skip
+        if self.make_lock(where, mine):
             return
-        raise GateFailure("lock", f"{LOCK} could not be taken")
+        with self.takeover_guard():
+            stale = self.stale_owner(where)
+            if stale is not None:
+                gone = self.path(f"{LOCK}.stale-{mine['token']}")
+                os.rename(where, gone)
+                self.discard_leftovers(stale)
+                shutil.rmtree(gone, ignore_errors=True)
+            if not self.make_lock(where, mine):  # another installer made one while the stale lock was away
+                raise GateFailure("lock", f"{LOCK} is held by {_describe_owner(_read_owner(where))}")
+
+    def make_lock(self, where: str, mine: dict) -> bool:
+        """Create the lock and its owner record (complete or absent, never half); False when it exists."""
+        try:
+            os.mkdir(where, 0o700)
+        except FileExistsError:
+            return False
+        self.lock_owner = mine
+        temp = os.path.join(where, f".{LOCK_OWNER}.part")
+        with _naming(os.path.join(where, LOCK_OWNER)):
+            _write_new(temp, json.dumps(mine).encode("ascii"))
+        os.rename(temp, os.path.join(where, LOCK_OWNER))
+        return True
+
+    @contextlib.contextmanager
+    def takeover_guard(self):  # type: ignore[no-untyped-def]
+        """An exclusive `flock` of the deployment directory itself (released by the kernel if we die)."""
+        fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def stale_owner(self, where: str) -> dict | None:
+        """The owner record of a stale lock at `where`; None when there is none. A lock held by a live
+        process, one without a readable owner record, or a symlink fails the `lock` gate."""
+        try:
+            info = os.lstat(where)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(info.st_mode):
+            raise GateFailure("lock", f"{LOCK} is {_kind(info)} (left as it is)")
+        owner = _read_owner(where)
+        if owner is None or _process_alive(owner):
+            raise GateFailure("lock", f"{LOCK} is held by {_describe_owner(owner)}")
+        return owner
 
     def unlock(self) -> None:
-        if self.lock_taken:
-            shutil.rmtree(self.path(LOCK), ignore_errors=True)
-            self.lock_taken = False
+        """Remove the lock only while its owner record is this installer's: never one taken over or replaced."""
+        if self.lock_owner is None:
+            return
+        where = self.path(LOCK)
+        if _read_owner(where) == self.lock_owner:
+            gone = self.path(f"{LOCK}.done-{self.lock_owner['token']}")
+            with contextlib.suppress(OSError):
+                os.rename(where, gone)
+                shutil.rmtree(gone, ignore_errors=True)
+        self.lock_owner = None
 
-    def discard_leftovers(self, owner: dict | None) -> None:
-        """Remove what the dead owner of a stale lock left half-made: names ending in `.part-<its pid>`."""
-        pid = (owner or {}).get("pid")
+    def discard_leftovers(self, owner: dict) -> None:
+        """Remove what the dead owner of a stale lock left half-made: names ending in `.part-<its pid>`, only
+        in directories reached from the deployment directory without a symlink."""
+        pid = owner.get("pid")
         if not isinstance(pid, int) or isinstance(pid, bool):
             return
         checkout = self.path(CHECKOUT)
         places = {self.base} | {os.path.dirname(os.path.join(checkout, e["install_to"]))
                                 for e in self.files if e.get("install_to")}  # fmt: skip
         for place in places:
+            try:
+                _real_dirs(self.base, place, "lock")
+            except GateFailure:
+                continue  # a symlink on the way: what is behind it is not ours
             with contextlib.suppress(OSError), os.scandir(place) as entries:
                 self.temps += [e.path for e in entries if e.name.endswith(f".part-{pid}")]
         self.cleanup()
 
     def cleanup(self) -> None:
         for temp in self.temps:
-            if os.path.isdir(temp) and not os.path.islink(temp):
-                shutil.rmtree(temp, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(os.lstat(temp).st_mode):
+                    shutil.rmtree(temp, ignore_errors=True)
+                else:
                     os.unlink(temp)
         self.temps = []
 
     # ----------------------------------------------------------------- actions
 
     def inspect(self) -> str:
+        _real_dirs(self.home, self.base, "directory")
         if not os.path.lexists(self.base):
             self.states = {e["name"]: "missing" for e in self.files}
             return "absent"
-        _plain_dir(self.base)
         found = self.marker()
         if found is None:
             self.verify_files(require=False)
             return "incomplete"
         self.require_marker(found)
         self.verify_all()
-        return "reused"
+        # complete but for the virtualenv (removed or broken since): `install` rebuilds it, `commit` re-marks
+        return "reused" if self.venv_problem() is None else "incomplete"
 
     def require_marker(self, found: str | None) -> None:
         if found is None:
@@ -372,7 +512,8 @@ class Installer:
             raise GateFailure("marker", f"{MARKER} names another revision (left as it is)")
 
     def install(self) -> str:
-        _make_dirs(self.base, os.path.expanduser("~"))
+        _real_dirs(self.home, self.base, "directory")
+        _make_dirs(self.base, self.home, "directory")
         self.lock()
         self.receive()
         self.verify_files(require=True)
@@ -384,9 +525,11 @@ class Installer:
         return "ready"
 
     def commit(self) -> str:
-        _plain_dir(self.base)
+        _real_dirs(self.home, self.base, "directory")
+        _real_dir(self.base, os.path.relpath(self.base, self.home), "directory")
         self.lock()
         self.verify_all()
+        self.require_venv()
         self.write_marker()
         if not self.params.get("activate", True):
             return "staged"  # complete and verified; `activate` moves `current` later
@@ -394,18 +537,21 @@ class Installer:
         return "installed"
 
     def activate(self) -> str:
-        _plain_dir(self.base)
+        _real_dirs(self.home, self.base, "directory")
+        _real_dir(self.base, os.path.relpath(self.base, self.home), "directory")
         self.lock()
         self.require_marker(self.marker())
         self.verify_all()
+        self.require_venv()
         self.move_current()
         return "activated"
 
     def status(self) -> str:
-        self.detail = {"current": _current_target(self.top), "deployments": [], "truncated": False}
+        self.detail = {"current": None, "deployments": [], "truncated": False}
+        _real_dirs(self.home, self.top, "directory")
         if not os.path.lexists(self.top):
             return "listed"
-        _plain_dir(self.top)
+        self.detail["current"] = _current_target(self.top)
         known = self.params.get("known", {})
         with os.scandir(self.top) as entries:
             for count, entry in enumerate(entries):
@@ -422,16 +568,17 @@ class Installer:
         where = os.path.join(self.top, name)
         found = {"name": name[:64], "state": "foreign", "revision": None, "file_set": None, "installed_at": None,
                  "check": "unknown", "problem": None}  # fmt: skip
-        if not _deployment_id(name) or not stat.S_ISDIR(os.lstat(where).st_mode):
+        if not _deployment_id(name) or not _is_real_dir(where):
             return found
         known = known or {}
-        one = Installer({"remote_dir": os.path.relpath(where, os.path.expanduser("~")),
-                         "revision": known.get("revision", ""), "files": known.get("files", [])})  # fmt: skip
+        one = Installer({"remote_dir": os.path.relpath(where, self.home), "revision": known.get("revision", ""),
+                         "files": known.get("files", [])})  # fmt: skip
         try:
             marker = one.marker()
-            found["file_set"] = _read_line(os.path.join(where, FILE_SET))
+            file_set = _read_small(os.path.join(where, FILE_SET), FILE_SET, "marker", FILE_SET_LIMIT)
         except GateFailure as failure:
             return {**found, "state": "incomplete", "check": "tampered", "problem": failure.message}
+        found["file_set"] = file_set.decode("ascii", "replace").strip()[:64] if file_set is not None else None
         found["revision"] = marker.strip()[:64] if marker else None
         found["installed_at"] = os.lstat(os.path.join(where, MARKER)).st_mtime if marker else None
         lock = os.path.join(where, LOCK)
@@ -445,12 +592,14 @@ class Installer:
                 raise GateFailure("marker", f"{FILE_SET}: names another file set")
             one.require_marker(marker)
             one.verify_all()
+            one.require_venv()
         except GateFailure as failure:
             return {**found, "check": "tampered", "problem": failure.message}
         return {**found, "check": "intact"}
 
     def prune(self) -> str:
         """Remove each named deployment, re-checked here: never `current`'s target, never a locked one."""
+        _real_dirs(self.home, self.top, "directory")
         self.detail = {"removed": [], "kept": {}, "leftovers_removed": self.remove_leftovers()}
         for name in self.params.get("remove", [])[:ENTRY_LIMIT]:
             reason = self.remove(name)
@@ -463,13 +612,13 @@ class Installer:
     def remove_leftovers(self) -> int:
         """Delete `.removing-<id>-<pid>` directories whose pruning process is gone (a cut connection)."""
         count = 0
-        if not os.path.isdir(self.top):
+        if not _is_real_dir(self.top):
             return 0
         with os.scandir(self.top) as entries:
             names = [e.name for e in itertools.islice(entries, ENTRY_LIMIT) if e.name.startswith(".removing-")]
         for name in names:
             pid = name.rsplit("-", 1)[-1]
-            if pid.isdigit() and not _start_ticks(int(pid)):
+            if pid.isdigit() and not _start_ticks(int(pid)) and _is_real_dir(os.path.join(self.top, name)):
                 shutil.rmtree(os.path.join(self.top, name), ignore_errors=True)
                 count += 1
         return count
@@ -477,9 +626,9 @@ class Installer:
     def remove(self, name: str) -> str | None:
         """Why `name` stays, or None once it is gone."""
         where = os.path.join(self.top, name)
-        if not _deployment_id(name) or not os.path.lexists(where) or not stat.S_ISDIR(os.lstat(where).st_mode):
+        if not _deployment_id(name) or not _is_real_dir(where):
             return "not a deployment directory here"
-        one = Installer({"remote_dir": os.path.relpath(where, os.path.expanduser("~"))})
+        one = Installer({"remote_dir": os.path.relpath(where, self.home)})
         try:
             one.lock()
         except GateFailure as failure:
@@ -489,7 +638,7 @@ class Installer:
                 return "current points at it"
             gone = os.path.join(self.top, f".removing-{name}-{os.getpid()}")
             os.rename(where, gone)
-            one.lock_taken = False  # the lock went with the directory
+            one.lock_owner = None  # the lock went with the directory
         finally:
             one.unlock()
         shutil.rmtree(gone)
@@ -497,6 +646,8 @@ class Installer:
 
 
 # --------------------------------------------------------------------- file system helpers
+
+DIFFER = f"{CHECKOUT}: tracked files differ from the revision (left as they are)"
 
 
 def files_sha256(files: list) -> str:
@@ -520,27 +671,170 @@ def _current_target(top: str) -> str | None:
     return target if _deployment_id(target) else ""
 
 
-def _read_line(path: str) -> str | None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    _regular(info, os.path.basename(path), "marker")
-    with open(path, "rb") as handle:
-        return handle.read(MARKER_LIMIT).decode("ascii", "replace").strip()[:64]
-
-
 def _show(argv: list) -> str:
     return " ".join(str(a) for a in argv)[:200]
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+def _printable_path(path: str) -> str:
+    return "".join(c if c.isprintable() and c.isascii() else "?" for c in path)[:200]
+
+
+def _git_env() -> dict:
+    """The environment git runs in: no inherited GIT_* variable, no system or global configuration (HOME
+    and XDG_CONFIG_HOME name no directory, for a git older than GIT_CONFIG_GLOBAL)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_ENV, HOME=os.devnull, XDG_CONFIG_HOME=os.devnull)
+    return env
+
+
+def _git_entries(text: str, tagged: bool) -> dict:
+    """`git ls-tree -r -z` (`mode type oid\\tpath`) or `git ls-files -s -v -z` (`tag mode oid stage\\tpath`) as
+    path -> [tag, mode, oid]; a conflict stage (not 0) is a difference."""
+    entries = {}
+    for record in filter(None, text.split("\0")):
+        head, _, path = record.partition("\t")
+        fields = head.split(" ")
+        if tagged:
+            if len(fields) != 4 or fields[3] != "0":
+                raise GateFailure("checkout", DIFFER)
+            entries[path] = [fields[0], fields[1], fields[2]]
+        elif len(fields) == 3:
+            entries[path] = ["", fields[0], fields[2]]
+    return entries
+
+
+def _blob_id(root: str, path: str, mode: str, hex_length: int) -> str:
+    """The git blob id of the working file `path` below `root` (a symlink's target for mode 120000), reached
+    without following a symlink; "" when it is missing or of another kind or executable bit than `mode`."""
+    where = os.path.join(root, path)
+    try:
+        _real_dirs(root, os.path.dirname(where), "checkout", CHECKOUT)
+        info = os.lstat(where)
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    digest = hashlib.sha256() if hex_length == 64 else hashlib.sha1()  # noqa: S324 (git's object id, not security)
+    if mode == "120000":
+        if not stat.S_ISLNK(info.st_mode):
+            return ""
+        target = os.fsencode(os.readlink(where))
+        digest.update(b"blob %d\0" % len(target) + target)
+        return digest.hexdigest()
+    if not stat.S_ISREG(info.st_mode) or bool(info.st_mode & 0o100) != (mode == "100755"):
+        return ""
+    fd, opened = _open_regular(where, f"{CHECKOUT}/{_printable_path(path)}", "checkout")
     with os.fdopen(fd, "rb") as handle:
+        digest.update(b"blob %d\0" % opened.st_size)
         for block in iter(lambda: handle.read(CHUNK), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _kind(info: os.stat_result) -> str:
+    return "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
+
+
+def _real_dir(path: str, shown: str, gate: str) -> None:
+    """`path` exists and is a directory itself, not a symlink to one."""
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise GateFailure(gate, f"{shown} is {_kind(info)} (left as it is)")
+
+
+def _real_dirs(root: str, path: str, gate: str, shown_root: str = "") -> None:
+    """Each existing component of `path` below `root` (`path` included) is a real directory, never a symlink:
+    nothing this program touches is reached through a link it did not make. Missing components are fine."""
+    relative = os.path.relpath(path, root)
+    current, shown = root, shown_root
+    for part in [] if relative == "." else relative.split(os.sep):
+        current, shown = os.path.join(current, part), os.path.join(shown, part)
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(info.st_mode):
+            raise GateFailure(gate, f"{shown} is {_kind(info)} (left as it is)")
+
+
+def _is_real_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _open_regular(path: str, shown: str, gate: str) -> tuple:
+    """An fd open for reading on `path`, which must be a regular file: opened without following a symlink
+    and without blocking (a FIFO would otherwise wait for a writer), then checked by `fstat`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise GateFailure(gate, f"{shown} is a symlink (left as it is)") from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise GateFailure(gate, f"{shown} is not a regular file (left as it is)")
+    return fd, info
+
+
+def _read_small(path: str, shown: str, gate: str, limit: int) -> bytes | None:
+    """At most `limit` bytes of the regular file `path`; None when it does not exist."""
+    try:
+        fd, _ = _open_regular(path, shown, gate)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(limit)
+
+
+def _sha256(path: str, shown: str, gate: str, size: int) -> str:
+    """The SHA-256 of the regular file `path`; "" when its size is not `size` (nothing more is read)."""
+    fd, info = _open_regular(path, shown, gate)
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size != size:
+            return ""
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Create `path` (never an existing name or a symlink) with `data`, flushed to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _copy_new(source: str, target: str, shown: str) -> None:
+    """Copy the regular file `source` to the new file `target` (0600)."""
+    fd, _ = _open_regular(source, shown, "place file")
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "rb") as handle, os.fdopen(out, "wb") as copy:
+        shutil.copyfileobj(handle, copy, CHUNK)
+        copy.flush()
+        os.fsync(copy.fileno())
+
+
+@contextlib.contextmanager
+def _naming(path: str):  # type: ignore[no-untyped-def]
+    """An OSError inside that names no file (a write that hit a full disk) names `path`."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = path
+        raise
 
 
 def _regular(info: os.stat_result, shown: str, gate: str) -> None:
@@ -550,23 +844,51 @@ def _regular(info: os.stat_result, shown: str, gate: str) -> None:
         raise GateFailure(gate, f"{shown} is not a regular file (left as it is)")
 
 
-def _plain_dir(path: str) -> None:
-    info = os.lstat(path)
-    if not stat.S_ISDIR(info.st_mode):
-        raise GateFailure("verify file", f"{path} is not a directory (left as it is)")
-
-
-def _make_dirs(path: str, top: str) -> None:
+def _make_dirs(path: str, top: str, gate: str, shown_top: str = "") -> None:
     """Create `path` below `top` (0700 each); every existing component must be a real directory."""
     relative = os.path.relpath(path, top)
-    current = top
+    current, shown = top, shown_top
     for part in [] if relative == "." else relative.split(os.sep):
-        current = os.path.join(current, part)
+        current, shown = os.path.join(current, part), os.path.join(shown, part)
         try:
             os.mkdir(current, 0o700)
         except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(current).st_mode):
-                raise GateFailure("place file", f"{current} is not a directory (left as it is)") from None
+            info = os.lstat(current)
+            if not stat.S_ISDIR(info.st_mode):
+                raise GateFailure(gate, f"{shown} is {_kind(info)} (left as it is)") from None
+
+
+def _stop_tree(proc: subprocess.Popen) -> bytes:
+    """Kill a command that ran out of time and every process it started (they hold its output pipe), then
+    collect what it printed; a process that escaped (a new session) cannot keep this program waiting."""
+    for pid in [*_descendants(proc.pid), proc.pid]:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    try:
+        out, _ = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        out = b""
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.wait()
+    return out or b""
+
+
+def _descendants(root: int) -> list:
+    """Every process below `root` (from /proc: each process's parent id)."""
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    parents[int(name)] = int(handle.read(4096).rsplit(b")", 1)[-1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
 
 
 def _boot_id() -> str:
@@ -591,10 +913,14 @@ def _start_ticks(pid: int) -> str:
 
 
 def _read_owner(lock_dir: str) -> dict | None:
+    """The lock's owner record; None when the lock is not a real directory or the record is not a regular
+    file holding a JSON object (a FIFO is never waited on)."""
+    if not _is_real_dir(lock_dir):
+        return None
     try:
-        with open(os.path.join(lock_dir, LOCK_OWNER), encoding="utf-8") as handle:
-            owner = json.loads(handle.read(4096))
-    except (OSError, ValueError):
+        data = _read_small(os.path.join(lock_dir, LOCK_OWNER), LOCK_OWNER, "lock", OWNER_LIMIT)
+        owner = json.loads(data or b"null")
+    except (GateFailure, OSError, ValueError):
         return None
     return owner if isinstance(owner, dict) else None
 
@@ -645,15 +971,17 @@ def main(params_json: str) -> None:
     began = time.monotonic()
     report = {"schema": REPORT_SCHEMA, "schema_version": 1, "action": params["action"]}
     if params["action"] != "status":  # where `current` pointed before this action (status lists it itself)
-        report["current"] = _current_target(installer.top)
+        with contextlib.suppress(GateFailure):  # never read through a symlinked `Narwhal-deploy`
+            _real_dirs(installer.home, installer.top, "directory")
+            report["current"] = _current_target(installer.top)
     try:
         report["outcome"] = getattr(installer, params["action"])()
     except GateFailure as failure:
         report.update(outcome="failed", gate=failure.gate, message=failure.message)
     except _Stop:
         report.update(outcome="failed", gate="interrupted", message="the installer was stopped by a signal")
-    except OSError as exc:
-        shown = os.path.relpath(exc.filename, installer.base) if exc.filename else ""
+    except OSError as exc:  # the file it happened to, relative to the deployment directory, else the action
+        shown = os.path.relpath(exc.filename, installer.base) if exc.filename else params["action"]
         report.update(outcome="failed", gate="io", message=f"{shown}: {exc.strerror}")
     finally:
         installer.cleanup()

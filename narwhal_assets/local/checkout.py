@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from narwhal_assets.core.deployment.manifest import MANIFEST_FILE
 from narwhal_assets.core.errors import InputError, Problems
 from narwhal_assets.core.inputs.inventory import (
     HostEntry,
@@ -63,15 +64,45 @@ class Checkout:
         wanted: set[str] = set()
         problems = Problems()
         inventory = self.inventory
-        for flag, names, lookup in (("--host", host_ids, inventory.host), ("--role", roles, inventory.host_for_role)):
+        known_roles = f" (known: {', '.join(inventory.roles())})"  # as `--host` lists the host ids
+        for flag, names, lookup, known in (("--host", host_ids, inventory.host, ""),
+                                           ("--role", roles, inventory.host_for_role, known_roles)):  # fmt: skip
             for name in names:
                 try:
                     wanted.add(lookup(name).id)
                 except InputError as exc:
-                    problems += [f"{flag} {name}: {problem}" for problem in exc.problems]
+                    problems += [f"{flag} {name}: {problem}{known}" for problem in exc.problems]
         problems.raise_if_any()
         return [entry for entry in self.inventory.hosts if entry.id in wanted]
 
     def save_inventory(self) -> str:
         """Write the inventory file (0600, atomic); returns its SHA-256."""
         return write_private(self.settings.hosts_path, self.inventory.to_json())
+
+
+SHOWN_RUNS = 10
+
+
+def prepared_run_names(settings: Settings) -> list[str]:
+    """Directories under `runs/deployment-env/` (NARWHAL_DEPLOYMENT_ENV_DIR) holding a `manifest.json`, oldest
+    first by that file's time (`prepare` writes it last, so a directory without one never finished)."""
+    found = []
+    try:
+        entries = list(settings.deployment_env_dir.iterdir())
+    except OSError:  # no run prepared yet (or the directory is unreadable): nothing to offer
+        return []
+    for entry in entries:
+        try:
+            found.append(((entry / MANIFEST_FILE).stat().st_mtime_ns, entry.name))
+        except OSError:
+            continue
+    return [name for _, name in sorted(found)]
+
+
+def missing_run_problem(settings: Settings, run_dir: Path) -> str:
+    """The line for a `--run DIR` that is not a directory: that, and the prepared runs there are to choose from."""
+    state = "is not a directory" if run_dir.exists() else "does not exist"
+    names = prepared_run_names(settings)
+    shown = ", ".join(names[-SHOWN_RUNS:]) if names else "none yet (`deploy-hosts prepare` makes one)"
+    more = f"the newest {SHOWN_RUNS} of {len(names)}, " if len(names) > SHOWN_RUNS else ""
+    return f"--run {run_dir}: {state}; prepared runs in {settings.deployment_env_dir} ({more}oldest first): {shown}"

@@ -1,4 +1,4 @@
-"""The approved source revision as a verified git bundle (spec 12.1).
+"""The approved source revision as a verified git bundle (docs/prepare.md, "Source bundle").
 
 Only the commit is fetched (into a temporary bare repository inside the output directory), so no
 untracked, ignored or uncommitted workstation file can reach a host. The bundle is verified, cloned into a

@@ -77,22 +77,29 @@ def _write_into_place(path: Path, data: bytes | str, place: Callable[[Path, Path
 
 
 def non_private(paths: Iterable[Path]) -> list[str]:
-    """One line per file or directory under `paths` that group or others may access, in walk order.
+    """One line per file or directory under `paths` that is not private, in walk order: the one rule for
+    "is this tree private" (generated files, the Dagster instance, prepared runs before they are installed).
 
-    Private means no group or other permission bit (what 0600 files in 0700 directories give). Directories
-    are walked; symlinks are skipped, never followed (their own mode means nothing, their target is outside
-    the tree); a missing path is skipped. Pure: reports, changes nothing.
+    Private means owned by this process's user (the operator) and no group or other permission bit (what
+    0600 files in 0700 directories give): nobody else can have written or read it. Directories are walked;
+    symlinks are skipped, never followed (their own mode means nothing, their target is outside the tree);
+    a missing path is skipped. Pure: reports, changes nothing.
     """
     problems: list[str] = []
+    uid = os.getuid()
     for path in (p for top in paths for p in _tree(top)):
         try:
             info = path.lstat()
         except FileNotFoundError:  # removed while walking (a finishing run's temporary file)
             continue
+        if stat.S_ISLNK(info.st_mode):
+            continue
         mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077 and not stat.S_ISLNK(info.st_mode):
+        if mode & 0o077:
             want = DIR_MODE if stat.S_ISDIR(info.st_mode) else FILE_MODE
             problems.append(f"{path}: mode {mode:04o}, expected {want:04o}")
+        if info.st_uid != uid:
+            problems.append(f"{path}: owned by uid {info.st_uid}, not by this user (uid {uid})")
     return problems
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from narwhal_assets.core.deployment.manifest import DEPLOYMENT_ID_RE
+from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.host import program_source
 
@@ -28,6 +30,31 @@ REPORT_LIMIT = 8 << 20
 Action = Literal["inspect", "install", "commit", "activate", "status", "prune"]
 ENTRY_LIMIT = 256  # the installer's `ENTRY_LIMIT`: entries `status` lists, ids `prune` takes
 DeploymentId = Annotated[str, Field(pattern=DEPLOYMENT_ID_RE.pattern, max_length=32)]
+MESSAGE_LIMIT = 4096
+
+
+class Gate(StrEnum):
+    """Every gate a host can stop at: the installer's (`narwhal_assets/host/installer.py`) and the
+    workstation's own (`connection`, `absent`, `prepared file`, `report`). One spelling, checked on both
+    sides: a report naming another gate is not an installer report."""
+
+    CONNECTION = "connection"  # unreachable, authentication, changed host key, command timeout
+    DIRECTORY = "directory"  # `Narwhal-deploy` or the deployment directory is a symlink or not a directory
+    LOCK = "lock"
+    TRANSFER = "transfer"
+    VERIFY_FILE = "verify file"
+    MARKER = "marker"
+    CHECKOUT = "checkout"
+    PLACE_FILE = "place file"
+    VENV = "venv"
+    INSTALL = "install"
+    CHECK = "check"
+    CURRENT = "current"
+    ABSENT = "absent"
+    PREPARED_FILE = "prepared file"
+    REPORT = "report"
+    INTERRUPTED = "interrupted"
+    IO = "io"
 
 
 class InstallFile(BaseModel):
@@ -79,7 +106,7 @@ class InstallReport(BaseModel):
     outcome: Literal["absent", "incomplete", "reused", "ready", "staged", "installed", "activated", "listed",
                      "pruned", "failed"]  # fmt: skip
     gate: str | None = Field(default=None, max_length=32)
-    message: str | None = Field(default=None, max_length=4096)
+    message: str | None = Field(default=None, max_length=MESSAGE_LIMIT)
     files: dict[str, Literal["present", "missing"]] = Field(default_factory=dict)
     files_verified: int = Field(default=0, ge=0)
     files_received: int = Field(default=0, ge=0)
@@ -94,11 +121,17 @@ class InstallReport(BaseModel):
     kept: dict[DeploymentId, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict,
                                                                             max_length=ENTRY_LIMIT)  # fmt: skip
 
-    @field_validator("current", "gate", "message")
+    @field_validator("current", "message")
     @classmethod
     def _printable(cls, value: str | None) -> str | None:
         """Host text reaches the operator's terminal: control and other unprintable characters are escaped."""
         return None if value is None else terminal_safe(value)
+
+    @field_validator("gate")
+    @classmethod
+    def _known_gate(cls, value: str | None) -> str | None:
+        """One of `Gate` (as its plain string, which is what the workstation prints and compares)."""
+        return None if value is None else Gate(value).value
 
     @field_validator("kept")
     @classmethod
@@ -111,8 +144,8 @@ class ReportError(NarwhalError):
 
 
 def terminal_safe(text: str) -> str:
-    """`text` with every unprintable character (escape sequences, newlines) written as a Python escape."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    """Host text for the operator's terminal: `core.display.printable`, bounded as a report message is."""
+    return printable(text, MESSAGE_LIMIT)
 
 
 def installer_source() -> str:

@@ -8,15 +8,14 @@ Discovery runs ONE probe program per physical host over one SSH connection: the 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from narwhal_assets.core.discovery.observations import CheckpointDigest
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.roles import engine_number
 from narwhal_assets.host import program_source
 
-ENGINE_RE = re.compile(r"engine-[1-9][0-9]*")
 PARAM_KEYS = frozenset({"image", "models", "previous", "full_hash", "workers", "sysfs_net", "sysfs_infiniband"})
 
 __all__ = ["previous_hashes", "probe_params", "probe_script", "probe_source"]
@@ -40,7 +39,7 @@ def _model_problems(models: Any) -> list[str]:
         return ["probe params: models must map engine roles to model directories"]
     problems = []
     for engine, model_dir in models.items():
-        if not isinstance(engine, str) or not ENGINE_RE.fullmatch(engine):
+        if not isinstance(engine, str) or engine_number(engine) is None:
             problems.append(f"probe params: models: {engine!r} is not an engine role (engine-<n>)")
         elif not isinstance(model_dir, str) or not model_dir.startswith("/") or "\n" in model_dir:
             problems.append(f"probe params: models.{engine}: the model directory must be an absolute path")

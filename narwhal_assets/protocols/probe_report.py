@@ -37,6 +37,7 @@ from narwhal_assets.core.discovery.observations import (
 from narwhal_assets.core.display import printable, printable_block
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.records import IMAGE_ID_RE, SHA256_RE
+from narwhal_assets.core.roles import engine_number
 
 PROBE_SCHEMA = "narwhal.probe"
 PROBE_SCHEMA_VERSION = 1
@@ -544,7 +545,7 @@ def parse_probe_output(
         raise ProbeOutputError(host_problems(host_id, [str(failure)]), [])
     log = _log_entries(doc)
     tools = doc.get("tools") if isinstance(doc.get("tools"), Mapping) else {}
-    engine_host = any(role.startswith("engine-") for role in roles)
+    engine_host = any(engine_number(role) is not None for role in roles)
     problems = _probe_errors(doc)
     facts, found = _host_facts(doc, tools)
     problems += found

@@ -15,19 +15,20 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
-
-import dagster as dg
+from typing import TYPE_CHECKING, Any, TextIO
 
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.defs.names import COMMAND_TAG
 from narwhal_assets.local import configset
 from narwhal_assets.local.privatefiles import ensure_private_dir, exclusive_lock, write_private
+
+if TYPE_CHECKING:  # Dagster loads when a job runs or the instance opens, not for `instance_home` (`deploy-hosts ui`)
+    import dagster as dg
 
 DAGSTER_HOME_DEFAULT = "runs/dagster"
 # Dagster's `storage: custom:` takes its directory from its config alone, so the instance's own directory is
@@ -85,6 +86,22 @@ def operator_instance(root: Path) -> dg.DagsterInstance:
     Opening it is serialised between processes: two commands started at once on a new instance would
     otherwise both create its SQLite tables and one would fail.
     """
+    import dagster as dg
+
+    with _instance_home_locked(root):
+        return dg.DagsterInstance.get()
+
+
+def instance_home(root: Path) -> Path:
+    """`DAGSTER_HOME` (set to `<root>/runs/dagster` when unset), created 0700 with its dagster.yaml written or
+    rewritten as `operator_instance` does; for processes that open the instance themselves (`deploy-hosts ui`)."""
+    with _instance_home_locked(root) as home:
+        return home
+
+
+@contextmanager
+def _instance_home_locked(root: Path) -> Iterator[Path]:
+    """The instance directory with a current dagster.yaml, under the lock that serialises opening it."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(root / DAGSTER_HOME_DEFAULT)))
     ensure_private_dir(home)
     with exclusive_lock(home / ".narwhal-open.lock"):
@@ -92,7 +109,7 @@ def operator_instance(root: Path) -> dg.DagsterInstance:
         current = config.read_text(encoding="utf-8") if config.exists() else None
         if current is None or (current != wanted and _is_ours(current)):
             write_private(config, wanted)
-        return dg.DagsterInstance.get()
+        yield home
 
 
 def run_job(
@@ -104,9 +121,12 @@ def run_job(
     partition_key: str | None = None,
     tags: Mapping[str, str] | None = None,
     assets: Sequence[str] | None = None,
+    interrupted: Callable[[], Sequence[str]] = lambda: (),
 ) -> dg.ExecuteInProcessResult:
     """Execute `job_name` (or only its `assets`) of the definitions bound to `root`; a domain failure
     re-raises as its NarwhalError."""
+    import dagster as dg
+
     from narwhal_assets.definitions import make_definitions
 
     job = make_definitions(str(root)).resolve_job_def(job_name)
@@ -137,7 +157,7 @@ def run_job(
             outcome.set_exception(exc)
 
     worker = threading.Thread(target=execute, name=f"narwhal-{job_name}", daemon=True)
-    with _TerminateOnSignals(command), _without_dagster_storage_lines():
+    with _TerminateOnSignals(command, interrupted), _without_dagster_storage_lines():
         worker.start()
         while not outcome.done():
             worker.join(timeout=0.2)
@@ -159,8 +179,9 @@ def run_job(
 class _TerminateOnSignals:
     """SIGINT/SIGTERM: one line, exit 130/143, sockets closed by the exit; a publish under way finishes first."""
 
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, interrupted: Callable[[], Sequence[str]]) -> None:
         self.command = command
+        self.interrupted = interrupted  # where the work stood, one line per host
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> None:
@@ -176,6 +197,8 @@ class _TerminateOnSignals:
             published = bool(configset.PUBLISHED)
             name = signal.Signals(signum).name
             state = "a new config set had been published" if published else "nothing was published"
+            for line in self.interrupted():
+                sys.stderr.write(f"deploy-hosts {self.command}: {line}\n")
             sys.stderr.write(f"deploy-hosts {self.command}: interrupted by {name}; {state}\n")
             sys.stderr.flush()
             os._exit(EXIT_SIGNAL_BASE + signum)

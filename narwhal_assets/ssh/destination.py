@@ -42,6 +42,13 @@ class Endpoint:
     def address(self) -> str:
         return format_address(self.host, self.port)
 
+    def hops(self) -> list[Endpoint]:
+        """The ProxyJump hops in connection order, each hop's own jumps first (as OpenSSH chains them)."""
+        order: list[Endpoint] = []
+        for jump in self.jumps:
+            order += [*jump.hops(), jump]
+        return order
+
 
 def resolve_endpoint(destination: str, ssh_config: Path | None, *, depth: int = 0) -> Endpoint:
     """Turn a destination into an Endpoint, following ProxyJump in the config."""

@@ -364,7 +364,7 @@ class Connector:
         hops: list[paramiko.Transport] = []
         sock = None
         try:
-            for jump in _flatten_jumps(endpoint):
+            for jump in endpoint.hops():
                 hop, _ = self._open(access, jump, sock, password=None, hop=True)
                 hops.append(hop)
                 sock = self._tunnel(access, hop, jump, endpoint)
@@ -429,17 +429,8 @@ class Connector:
             ) from None
 
 
-def _flatten_jumps(endpoint: Endpoint) -> list[Endpoint]:
-    """Hops in connection order, each hop's own jumps first (as OpenSSH chains ProxyJump)."""
-    order: list[Endpoint] = []
-    for jump in endpoint.jumps:
-        order += _flatten_jumps(jump)
-        order.append(jump)
-    return order
-
-
 def _next_after(target: Endpoint, jump: Endpoint) -> Endpoint:
-    hops = [*_flatten_jumps(target), target]
+    hops = [*target.hops(), target]
     return hops[hops.index(jump) + 1]
 
 

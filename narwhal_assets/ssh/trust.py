@@ -274,8 +274,11 @@ class KnownHostsStore:
     # config set (by another op, maybe another process) instead of before it.
 
     def staged_entries(self) -> list[StagedKey]:
-        return [StagedKey(s.host_id, s.hop_of, host, port, key.key_type, key.blob_b64) for s, host, port, key in
-                self._pending]  # fmt: skip
+        """The pending enrolments, each named by the inventory host whose connection presented the key (for a
+        ProxyJump hop, the host behind it): which alias a hop has is the operator's configuration, not a name
+        a run directory may keep."""
+        return [StagedKey(s.hop_of or s.host_id, s.hop_of is not None, host, port, key.key_type, key.blob_b64)
+                for s, host, port, key in self._pending]  # fmt: skip
 
     def locked(self) -> contextlib.AbstractContextManager[None]:
         """The store's writer lock, for a caller that replaces the file itself (the config-set publisher)."""
@@ -292,18 +295,29 @@ class KnownHostsStore:
             if presented in recorded:
                 continue
             if recorded or presented in self.revoked(entry.host, entry.port):
-                raise self._changed(Subject(entry.host_id, entry.hop_of), entry.host, entry.port, recorded, presented)
+                raise self._changed(entry.subject, entry.host, entry.port, recorded, presented)
             text += f"{host_pattern(entry.host, entry.port)} {presented.key_type} {presented.blob_b64}\n"
         return text
 
 
 @dataclass(frozen=True)
 class StagedKey:
-    """An accept-new enrolment not yet recorded: which host presented which key."""
+    """An accept-new enrolment not yet recorded: which inventory host's connection (its own key, or a ProxyJump
+    hop's on the way to it) presented which key for which known-hosts name."""
 
     host_id: str
-    hop_of: str | None
+    hop: bool
     host: str
     port: int
     key_type: str
     blob_b64: str
+
+    @property
+    def name_sha256(self) -> str:
+        """SHA-256 of the known-hosts name: what a run directory records instead of the address itself."""
+        return hashlib.sha256(host_pattern(self.host, self.port).encode("utf-8")).hexdigest()
+
+    @property
+    def subject(self) -> Subject:
+        """Whose key it is, for messages; a hop is shown by its address (its alias is not kept)."""
+        return Subject(format_address(self.host, self.port), self.host_id) if self.hop else Subject(self.host_id)

@@ -10,6 +10,7 @@ Rollback is `install_job` in `activate` mode (`installation.activate_host`).
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,13 +25,14 @@ from narwhal_assets.core.deployment.prune import (
     host_directories_to_remove,
     prepared_runs_to_remove,
 )
+from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
-from narwhal_assets.protocols.install import DeploymentEntry, InstallReport, terminal_safe
+from narwhal_assets.protocols.install import MESSAGE_LIMIT, DeploymentEntry, Gate, InstallReport
 from narwhal_assets.ssh.access import host_access
 from narwhal_assets.ssh.transport import Connector
-from narwhal_assets.workflows.install import call_installer, install_files
+from narwhal_assets.workflows.install import HostInstallFailure, call_installer, install_files
 
 RUNS_LIMIT = 1000  # prepared runs read from the workstation's deployment directory
 PARALLEL = 8
@@ -53,7 +55,9 @@ class HostStatus:
     current: str | None = None
     deployments: list[DeploymentEntry] = field(default_factory=list)
     truncated: bool = False
-    error: str | None = None
+    error: str | None = None  # why it could not be read, without the `host <id>: ` every problem line adds
+    # When the read began: an install committed after it moved `current` itself (not drift).
+    read_started_at: float = field(default_factory=time.time)
 
     def entry(self, name: str | None) -> DeploymentEntry | None:
         return next((d for d in self.deployments if d.name == name), None)
@@ -121,8 +125,14 @@ def host_status(
     status = HostStatus(entry.id, list(entry.roles))
     try:
         report = call_host(connector, settings, entry, {"action": "status", "known": known_deployments(entry.id, runs)})
-    except NarwhalError as exc:
-        status.error = terminal_safe(str(exc))
+    except HostInstallFailure as exc:  # it answered: with a gate, or with something that is not a report
+        answered = "answered without an installer report" if exc.gate == Gate.REPORT else f"failed at gate {exc.gate}"
+        status.error = printable(f"{answered}: {exc.message}", MESSAGE_LIMIT)
+        return status
+    except NarwhalError as exc:  # the connection's own message names the host already
+        text = str(exc)
+        status.error = printable(text.removeprefix(f"host {entry.id} ").removeprefix(f"host {entry.id}: "),
+                                 MESSAGE_LIMIT)  # fmt: skip
         return status
     status.current, status.deployments, status.truncated = report.current, report.deployments, report.truncated
     return status

@@ -14,16 +14,18 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from narwhal_assets.core.deployment.prepare_inputs import discovery_inputs_digest
 from narwhal_assets.core.discovery.digests import compare_replicas
+from narwhal_assets.core.discovery.manifest import MANIFEST_FILE, DiscoveryManifest
 from narwhal_assets.core.discovery.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.discovery.retention import KEEP_RUNS_VARIABLE, keep_runs
 from narwhal_assets.core.display import printable, printable_block
 from narwhal_assets.core.errors import HostFailure, InputError, NarwhalError, raise_together
-from narwhal_assets.core.inputs.inventory import HostEntry, Inventory, engine_number
+from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Layer, Settings
 from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch.deployment_env import build_deployment_env, render_deployment_env
@@ -31,13 +33,14 @@ from narwhal_assets.core.launch.fleet import Fleet, build_fleet
 from narwhal_assets.core.launch.launch_records import EngineLaunchConfig, build_launch_config, launch_sources
 from narwhal_assets.core.launch.policy import resolve_engine_field
 from narwhal_assets.core.launch.profiling import ProfilingLimits, build_profiling_limits
-from narwhal_assets.core.roles import Role
+from narwhal_assets.core.roles import Role, engine_number
 from narwhal_assets.local.checkpoint_store import load_checkpoint, prune_discovery_runs, save_checkpoint
 from narwhal_assets.local.configset import publish_files, publish_lock
 from narwhal_assets.local.privatefiles import ensure_private_dir, sha256_file, write_private
 from narwhal_assets.protocols.probe import previous_hashes, probe_script
 from narwhal_assets.protocols.probe_report import ProbeOutputError, parse_probe_output, render_command_log
-from narwhal_assets.ssh.access import host_accesses
+from narwhal_assets.ssh.access import host_access, host_accesses
+from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.transport import Connector, HostConnection
 from narwhal_assets.ssh.trust import KnownHostsStore, StagedKey
 
@@ -46,8 +49,9 @@ PROBE_COMMAND = "python3 -I -S -"
 PROBE_TIMEOUT_S = 1800.0  # a dead host is caught by the keep-alive; this bounds a first full hash
 CHECKPOINT_FILE = "engine-{n}-checkpoint.json"
 ARCHIVE_DIR = "previous-config"
-MANIFEST = "manifest.json"
 STAGED_KEYS = "staged-known-hosts.json"
+# 2: keys are named by inventory host and a digest of their known-hosts name (1 held addresses and aliases).
+STAGED_KEYS_VERSION = 2
 
 
 @dataclass
@@ -63,7 +67,7 @@ class DiscoveryRun:
         """Read a finished run back (what downstream assets and the next discovery reuse)."""
         run = cls(run_dir)
         for path in sorted(run_dir.glob("*.json")):
-            if path.name == MANIFEST:
+            if path.name == MANIFEST_FILE:
                 continue
             raw = json.loads(path.read_text(encoding="utf-8"))
             if raw.get("schema") == "narwhal.host-observation":
@@ -125,7 +129,7 @@ def latest_complete_run(settings: Settings, exclude: Path | None = None) -> Disc
     manifest's modification time decides.
     """
     base = settings.discovery_dir
-    manifests = [p for p in base.glob("*/" + MANIFEST) if p.parent != exclude]
+    manifests = [p for p in base.glob("*/" + MANIFEST_FILE) if p.parent != exclude]
     if not manifests:
         return None
     newest = max(manifests, key=lambda p: (p.parent.name.split("-", 1)[0], p.stat().st_mtime_ns, p.parent.name))
@@ -221,16 +225,42 @@ def generate_config(settings: Settings, inventory: Inventory, run: DiscoveryRun)
 
 
 def stage_enrolments(run: DiscoveryRun, entries: list[StagedKey]) -> None:
-    """Keep this run's accept-new enrolments in the run directory until its config set is published."""
-    document = {"schema": "narwhal.staged-host-keys", "schema_version": 1, "keys": [asdict(e) for e in entries]}
+    """Keep this run's accept-new enrolments in the run directory until its config set is published.
+
+    Like every artifact, the file names hosts by inventory id, never by destination: each key is recorded
+    with the host whose connection presented it and the SHA-256 of its known-hosts name.
+    """
+    keys = [{"host_id": e.host_id, "hop": e.hop, "name_sha256": e.name_sha256, "key_type": e.key_type,
+             "blob_b64": e.blob_b64} for e in entries]  # fmt: skip
+    document = {"schema": "narwhal.staged-host-keys", "schema_version": STAGED_KEYS_VERSION, "keys": keys}
     write_private(run.run_dir / STAGED_KEYS, json.dumps(document, indent=2) + "\n")
 
 
-def staged_enrolments(run: DiscoveryRun) -> list[StagedKey]:
+def staged_enrolments(settings: Settings, inventory: Inventory, run: DiscoveryRun) -> list[StagedKey]:
+    """This run's staged keys with their known-hosts names, resolved again from each host's destination.
+
+    A name that no longer has the recorded digest (the destination or ssh config changed since the key was
+    presented) is refused: the key was seen at another address.
+    """
     path = run.run_dir / STAGED_KEYS
     if not path.exists():
         return []
-    return [StagedKey(**raw) for raw in json.loads(path.read_text(encoding="utf-8"))["keys"]]
+    document = json.loads(path.read_text(encoding="utf-8"))
+    if document.get("schema_version") != STAGED_KEYS_VERSION:
+        raise InputError([f"{path}: written by another version of discovery; run `deploy-hosts discover` again"])
+    return [_resolve_staged(settings, inventory, raw) for raw in document["keys"]]
+
+
+def _resolve_staged(settings: Settings, inventory: Inventory, raw: Mapping[str, Any]) -> StagedKey:
+    host_id, hop = str(raw["host_id"]), bool(raw["hop"])
+    endpoint = resolve_endpoint(host_access(settings, inventory.host(host_id)).destination, settings.ssh_config_path)
+    for candidate in endpoint.hops() if hop else [endpoint]:
+        entry = StagedKey(host_id, hop, candidate.host, candidate.port, raw["key_type"], raw["blob_b64"])
+        if entry.name_sha256 == raw["name_sha256"]:
+            return entry
+    what = "a ProxyJump hop" if hop else "the destination"
+    raise InputError([f"host {host_id}: {what} resolves elsewhere than when discovery presented its key; "
+                      "run `deploy-hosts discover` again"])  # fmt: skip
 
 
 def archive_previous(settings: Settings, run: DiscoveryRun, paths: Iterable[Path]) -> None:
@@ -243,8 +273,7 @@ def archive_previous(settings: Settings, run: DiscoveryRun, paths: Iterable[Path
     previous = latest_complete_run(settings, exclude=run.run_dir)
     listed: list[Path] = []
     if previous is not None:
-        manifest = json.loads((previous.run_dir / MANIFEST).read_text(encoding="utf-8"))
-        listed = [settings.root / rel for rel in manifest.get("files", {})]
+        listed = [settings.root / rel for rel in DiscoveryManifest.load(previous.run_dir).files]
     elif not settings.known_hosts_path.exists():
         return
     for path in dict.fromkeys([*listed, *paths]):
@@ -264,32 +293,16 @@ def publish_config(
     store = KnownHostsStore(settings.known_hosts_path)
     with publish_lock(settings), store.locked():
         files = {path: text.encode() for path, text in generated.files(settings).items()}
-        files[store.path] = store.text_with(staged_enrolments(run)).encode()
+        files[store.path] = store.text_with(staged_enrolments(settings, inventory, run)).encode()
         archive_previous(settings, run, files)
         digests = {_relative(settings, path): hashlib.sha256(data).hexdigest() for path, data in files.items()}
         if settings.hosts_path.is_file():
             digests[_relative(settings, settings.hosts_path)] = sha256_file(settings.hosts_path)
-        manifest = {"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": digests,
-                    # What `prepare` compares to refuse a config set made from other inputs.
-                    "inputs_sha256": discovery_inputs_digest(settings, inventory)}  # fmt: skip
-        files[run.run_dir / MANIFEST] = (json.dumps(manifest, indent=2) + "\n").encode()
+        manifest = DiscoveryManifest(files=digests, inputs_sha256=discovery_inputs_digest(settings, inventory))
+        files[run.run_dir / MANIFEST_FILE] = render_json(manifest).encode()
         publish_files(settings, run.run_dir, files)
         prune_discovery_runs(settings.discovery_dir, keep, current=run.run_dir.name)
     return digests
-
-
-def generated_paths(settings: Settings) -> list[Path]:
-    """Every private file and directory discovery generates in the checkout."""
-    return [
-        settings.hosts_path,
-        settings.known_hosts_path,
-        settings.deployment_env_path,
-        settings.launch_config_path,
-        settings.launch_sources_path,
-        settings.fleet_path,
-        settings.profiling_limits_path,
-        settings.discovery_dir,
-    ]
 
 
 def _required(settings: Settings, n: int, name: str) -> str:

@@ -13,7 +13,6 @@ import hashlib
 import os
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -78,12 +77,16 @@ class InstallCommands:
 
 
 Mode = Literal["install", "activate"]
-OK_OUTCOMES = ("installed", "reused", "activated")
+# What staging found or did: the deployment was sent and completed (`installed`), or was already complete
+# (`reused`); `failed` at a named gate otherwise.
+OK_OUTCOMES = ("installed", "reused")
+# What then happened to `current`: `activated` (moved here), `already current`, `not activated` (see `why`).
+Activation = Literal["activated", "already current", "not activated", "failed"]
 
 
 @dataclass
 class HostOutcome:
-    """What happened on one host: `installed`, `reused`, `activated` or `failed` at a named gate."""
+    """What happened on one host: staging's outcome, then what happened to `current` (before and after)."""
 
     host_id: str
     outcome: str = "failed"
@@ -94,15 +97,34 @@ class HostOutcome:
     files_verified: int = 0
     seconds: float = 0.0
     remote_dir: str = ""
+    deployment_id: str = ""
+    current_before: str | None = None
+    current_after: str | None = None
+    activation: Activation = "not activated"
+    why: str = ""
 
     @property
     def ok(self) -> bool:
+        """Staged (or found complete) and, unless it was held back on purpose, made current."""
+        return self.outcome in OK_OUTCOMES and self.activation != "failed"
+
+    @property
+    def staged(self) -> bool:
         return self.outcome in OK_OUTCOMES
 
+    @property
+    def current(self) -> bool:
+        return self.activation in ("activated", "already current")
+
     def describe(self) -> str:
-        if self.ok:
-            return f"{self.outcome} ({self.files_sent} files, {self.bytes_sent} bytes sent; {self.seconds:.2f} s)"
-        return f"failed at gate {self.gate!r}: {self.message}"
+        """`installed, activated (was <id>)`, `reused, already current`, `staged, not activated (<why>)`, ..."""
+        if not self.staged or self.activation == "failed":
+            return f"failed at gate {self.gate!r}: {self.message}"
+        sent = f"{self.files_sent} files, {self.bytes_sent} bytes sent; {self.seconds:.2f} s"
+        if self.activation == "not activated":
+            return f"staged, not activated ({self.why or 'not asked to'}; {sent})"
+        was = f" (was {self.current_before or 'none'})" if self.activation == "activated" else ""
+        return f"{self.outcome}, {self.activation}{was} ({sent})"
 
 
 class HostInstallFailure(NarwhalError):
@@ -120,6 +142,11 @@ def open_prepared_run(settings: Settings, inventory: Inventory, run_dir: Path) -
     run_dir = run_dir.resolve()
     if not run_dir.is_dir():
         raise InputError([f"{run_dir}: not a prepared run directory (--run)"])
+    from narwhal_assets.local.privatefiles import non_private
+
+    loose = non_private([run_dir])  # another user could have edited what would be installed
+    if loose:
+        raise InputError([f"{line}; prepare a new run" for line in loose])
     manifest = load_manifest(run_dir)
     verify_manifest(run_dir, manifest, inventory, current_access(settings, inventory))
     return PreparedRun(run_dir, manifest)
@@ -155,22 +182,27 @@ def install_files(host: ManifestHost, bundle: PreparedFile) -> list[tuple[Instal
 def connect_and_install(
     connector: Connector, access: HostAccess, run: PreparedRun, commands: InstallCommands, mode: Mode = "install"
 ) -> HostOutcome:
-    """One strict connection to the host, reused for every installer call; a refused connection is a gate.
-    `activate` (rollback) only re-activates a complete, verified deployment: nothing is sent."""
-    work: Callable[[HostConnection], HostOutcome] = (
-        (lambda c: install_host(c, run, commands)) if mode == "install" else (lambda c: activate_host(c, run))
-    )
+    """One host alone (a `host_installation` partition run): stage, then activate at once, over one strict
+    connection; a refused connection is a gate. `activate` (rollback) sends nothing."""
     began = time.monotonic()
     try:
         with connector.connect(access) as connection:
-            outcome = work(connection)
+            outcome = stage_host(connection, run, commands, mode)
+            if outcome.staged:
+                activate_host(connection, run, outcome)
         outcome.seconds = time.monotonic() - began  # the connection included
         return outcome
     except NarwhalError as exc:
-        outcome = HostOutcome(access.host_id, gate="connection", message=terminal_safe(str(exc)),
-                              remote_dir=run.manifest.remote_dir, seconds=time.monotonic() - began)  # fmt: skip
-        HostLog(run.log_path(access.host_id)).note(f"outcome: {outcome.describe()}")
-        return outcome
+        return connection_failed(access.host_id, run, exc, began)
+
+
+def connection_failed(host_id: str, run: PreparedRun, exc: NarwhalError, began: float) -> HostOutcome:
+    """The outcome of a host whose connection could not be made (logged in its host log)."""
+    outcome = HostOutcome(host_id, gate="connection", message=terminal_safe(str(exc)), deployment_id=
+                          run.manifest.deployment_id, remote_dir=run.manifest.remote_dir,
+                          seconds=time.monotonic() - began)  # fmt: skip
+    HostLog(run.log_path(host_id)).note(f"outcome: {outcome.describe()}")
+    return outcome
 
 
 def installer_params(run: PreparedRun, host_id: str, commands: InstallCommands | None = None) -> dict[str, Any]:
@@ -185,60 +217,67 @@ def installer_params(run: PreparedRun, host_id: str, commands: InstallCommands |
     }
 
 
-def install_host(connection: HostConnection, run: PreparedRun, commands: InstallCommands) -> HostOutcome:
-    """Inspect, install what is missing, commit the marker; stops at the first failing gate. A deployment
-    found complete is made current (`activate`) without sending anything; the outcome stays `reused`."""
+def stage_host(connection: HostConnection, run: PreparedRun, commands: InstallCommands, mode: Mode) -> HostOutcome:
+    """Phase 1 on one host, `current` untouched: `inspect`; a deployment found complete and verified is
+    `reused` (nothing sent); otherwise (`install` mode) send what is missing, `install`, then `commit` the
+    marker without activating: `installed`. In `activate` mode (rollback) the deployment must already be
+    complete and untampered there. Stops at the first failing gate."""
     began = time.monotonic()
     host = run.manifest.host(connection.host_id)
-    files = install_files(host, run.manifest.bundle)
-    outcome = HostOutcome(host.id, remote_dir=run.manifest.remote_dir)
-    params = installer_params(run, host.id, commands)
+    outcome = HostOutcome(host.id, remote_dir=run.manifest.remote_dir, deployment_id=run.manifest.deployment_id)
+    params = installer_params(run, host.id, commands if mode == "install" else None)
     log = HostLog(run.log_path(host.id))
     try:
         report = call_installer(connection, log, {**params, "action": "inspect"}, [])
-        outcome.files_verified = report.files_verified
-        if report.outcome == "reused":
-            call_installer(connection, log, {**params, "action": "activate"}, [])
-        else:
+        outcome.files_verified, outcome.current_before = report.files_verified, report.current
+        if report.outcome != "reused" and mode == "activate":
+            state = "is not on this host" if report.outcome == "absent" else "is incomplete there"
+            raise HostInstallFailure(host.id, "absent" if report.outcome == "absent" else "marker",
+                                     f"~/{run.manifest.remote_dir} {state}: run deploy-hosts install --run "
+                                     f"{run.run_dir}")  # fmt: skip
+        if report.outcome != "reused":
+            files = install_files(host, run.manifest.bundle)
             send = [(f, p) for f, p in files if report.files.get(f.name) != "present"]
             payloads = [_read_pinned(host.id, run.run_dir, p) for _, p in send]
-            params["send"] = [f.name for f, _ in send]
             outcome.bytes_sent = sum(len(p) for p in payloads)
-            report = call_installer(connection, log, {**params, "action": "install"}, payloads)
+            report = call_installer(connection, log, {**params, "action": "install",
+                                                      "send": [f.name for f, _ in send]}, payloads)  # fmt: skip
             outcome.files_sent = report.files_received
-            params.pop("send")
-            report = call_installer(connection, log, {**params, "action": "commit"}, [])
+            report = call_installer(connection, log, {**params, "action": "commit", "activate": False}, [])
             outcome.files_verified = report.files_verified
-        outcome.outcome = report.outcome
+        outcome.outcome = "reused" if report.outcome == "reused" else "installed"
     except NarwhalError as exc:
         _failed(outcome, exc, log)
     outcome.seconds = time.monotonic() - began
-    log.note(f"outcome: {outcome.describe()}")
+    log.note(f"staged: {outcome.describe()}")
     return outcome
 
 
-def activate_host(connection: HostConnection, run: PreparedRun) -> HostOutcome:
-    """Rollback on one host: the deployment must be there complete and untampered (`inspect` says `reused`,
-    0 bytes sent), then `activate` moves `current` under its lock after verifying it again."""
+def activate_host(connection: HostConnection, run: PreparedRun, outcome: HostOutcome) -> None:
+    """Phase 2 on one staged host: point `current` at the deployment (the installer verifies everything
+    again under the deployment's lock first), unless it already points there."""
     began = time.monotonic()
-    outcome = HostOutcome(connection.host_id, remote_dir=run.manifest.remote_dir)
-    params = installer_params(run, connection.host_id)
-    log = HostLog(run.log_path(connection.host_id))
-    try:
-        report = call_installer(connection, log, {**params, "action": "inspect"}, [])
-        if report.outcome == "absent":
-            raise HostInstallFailure(connection.host_id, "absent", f"~/{run.manifest.remote_dir} is not on this "
-                                     f"host: run deploy-hosts install --run {run.run_dir}")  # fmt: skip
-        if report.outcome != "reused":
-            raise HostInstallFailure(connection.host_id, "marker", f"~/{run.manifest.remote_dir} is incomplete "
-                                     f"there: run deploy-hosts install --run {run.run_dir}")  # fmt: skip
-        report = call_installer(connection, log, {**params, "action": "activate"}, [])
-        outcome.outcome, outcome.files_verified = report.outcome, report.files_verified
-    except NarwhalError as exc:
-        _failed(outcome, exc, log)
-    outcome.seconds = time.monotonic() - began
+    log = HostLog(run.log_path(outcome.host_id))
+    if outcome.current_before == run.manifest.deployment_id:
+        outcome.activation, outcome.current_after = "already current", outcome.current_before
+    else:
+        try:
+            call_installer(connection, log, {**installer_params(run, outcome.host_id), "action": "activate"}, [])
+            outcome.activation, outcome.current_after = "activated", run.manifest.deployment_id
+        except NarwhalError as exc:
+            outcome.activation = "failed"
+            _failed(outcome, exc, log)
+    outcome.seconds += time.monotonic() - began
     log.note(f"outcome: {outcome.describe()}")
-    return outcome
+
+
+def hold_back(outcomes: list[HostOutcome], why: str) -> None:
+    """Staged hosts left where `current` was (another host failed, or `--activate none`)."""
+    for outcome in outcomes:
+        if outcome.staged and outcome.current_before == outcome.deployment_id:
+            outcome.activation, outcome.current_after = "already current", outcome.current_before
+        elif outcome.staged:
+            outcome.activation, outcome.why, outcome.current_after = "not activated", why, outcome.current_before
 
 
 def _failed(outcome: HostOutcome, exc: NarwhalError, log: HostLog | None) -> None:

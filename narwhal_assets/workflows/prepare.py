@@ -1,4 +1,4 @@
-"""`prepare`: the published config set as one self-contained, verified deployment directory (spec 12, 13.3).
+"""`prepare`: the published config set as one self-contained, verified deployment directory (docs/prepare.md).
 
 Everything that can be wrong with the operator's input is checked before the directory exists: the
 revision, the output directory, that discovery saw the current inventory and settings, the revision's
@@ -9,7 +9,6 @@ exclusively (0600 in 0700 directories) and `manifest.json` is written last; a fa
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 import shutil
 import time
@@ -28,6 +27,7 @@ from narwhal_assets.core.deployment.manifest import (
 )
 from narwhal_assets.core.deployment.prepare_inputs import check_revision, discovery_inputs_digest, private_tree_paths
 from narwhal_assets.core.deployment.role_env import REVISION, TOOLS, ExportInputs, build_role_environments, role_sources
+from narwhal_assets.core.discovery.manifest import DiscoveryManifest, generated_paths
 from narwhal_assets.core.errors import InputError, Problems, raise_if
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Settings
@@ -40,8 +40,7 @@ from narwhal_assets.local.gitsource import create_bundle, resolve_commit, tree_p
 from narwhal_assets.local.privatefiles import DIR_MODE, sha256_file, write_exclusive
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.trust import KnownHostsStore
-from narwhal_assets.workflows.discover import MANIFEST as DISCOVERY_MANIFEST
-from narwhal_assets.workflows.discover import generated_paths, latest_complete_run
+from narwhal_assets.workflows.discover import latest_complete_run
 
 TOOLS_PACKAGE = "narwhal_assets.host.tools"
 NEW_DIRECTORY = "use a new output directory for each deployment"
@@ -88,6 +87,12 @@ def prepare(settings: Settings, out: str | None = None) -> Prepared:
         raise
 
 
+def check_inputs(settings: Settings, out: str | None = None) -> None:
+    """Every check `prepare` makes before writing, writing nothing: `deploy-hosts prepare` runs it before it
+    opens the Dagster instance, so bad input leaves neither a failed run nor a file behind."""
+    _validate(settings, out)
+
+
 def output_dir(settings: Settings, out: str | None) -> Path:
     """`--out` (relative to the checkout) must be new or empty; default: a fresh `runs/deployment-env/<time>-<hex>`."""
     if not out:
@@ -118,12 +123,11 @@ def _discovery_run(settings: Settings, inventory: Inventory) -> Path:
     latest = latest_complete_run(settings)
     if latest is None:
         raise InputError([f"no discovery has published a config set in {settings.discovery_dir}; {REDISCOVER}"])
-    path = latest.run_dir / DISCOVERY_MANIFEST
     try:
-        recorded = json.loads(path.read_text(encoding="utf-8")).get("inputs_sha256")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
-        raise InputError([f"{path}: not a readable discovery manifest ({type(exc).__name__}); {REDISCOVER}"]) from None
-    if recorded != discovery_inputs_digest(settings, inventory):
+        manifest = DiscoveryManifest.load(latest.run_dir)
+    except InputError as exc:
+        raise InputError([f"{problem}; {REDISCOVER}" for problem in exc.problems]) from None
+    if manifest.inputs_sha256 != discovery_inputs_digest(settings, inventory):
         raise InputError([f"the inventory, destinations or settings differ from those discovery run {latest.run_dir} "
                           f"used; {REDISCOVER} before preparing"])  # fmt: skip
     return latest.run_dir

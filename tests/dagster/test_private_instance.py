@@ -51,10 +51,17 @@ def test_plan_then_dagster_materialize_leave_only_private_files(tmp_path: Path) 
     done = run_with_umask_022([sys.executable, "-m", "narwhal_assets", "discover"], checkout, home)
     assert done.returncode == 2, done.stderr
     assert "no host owns role 'engine-2'" in done.stderr
-    after_plan = stored_files(home)
-    assert any(name.startswith("storage/") for name in after_plan), after_plan  # compute logs were written
-    assert non_private([home, checkout / "config"]) == []
+    assert not home.exists(), "an input error opens no instance and writes nothing (the README's promise)"
+    assert non_private([checkout / "config"]) == []
     (config / "hosts.local.json").unlink()
+    done = run_with_umask_022([sys.executable, "-m", "narwhal_assets", "plan"], checkout, home)
+    assert done.returncode == 0, done.stderr
+    # Dagster's CLI needs the instance to exist: opened as deploy-hosts opens it, after the code location loads
+    opened = run_with_umask_022([sys.executable, "-c", "import pathlib, sys, narwhal_assets.definitions; from "
+                                 "narwhal_assets.runtime.runner import operator_instance; "
+                                 "operator_instance(pathlib.Path(sys.argv[1]))", str(checkout)], checkout, home)
+    assert opened.returncode == 0, opened.stderr
+    after_plan = stored_files(home)
 
     # Dagster's own CLI against the same instance: the code location sets the umask when it is imported.
     done = run_with_umask_022(

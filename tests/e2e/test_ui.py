@@ -16,13 +16,14 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster_dev import CHROMIUM, dagster_dev, require_browser, tail
-from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
-from test_discovery import DESTINATIONS, PASSWORD, assert_nowhere
-from test_install import OFFLINE_CHECK, OFFLINE_INSTALL, manifest_of, partition_metadata, remote_dir
-from test_prepare import git_checkout, set_env
-
 from fleetsim import SimFleet
+from helpers.dagster_dev import CHROMIUM, dagster_dev, require_browser, tail
+from helpers.files import assert_nowhere
+from helpers.fleet_checkout import DESTINATIONS, PASSWORD, set_env
+from helpers.git_repo import git_checkout
+from helpers.install import OFFLINE_CHECK, OFFLINE_INSTALL, manifest_of, partition_metadata, remote_dir
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+
 from narwhal_assets.cli.main import main
 from narwhal_assets.core.inputs.envfile import shell_quote
 from narwhal_assets.definitions import defs

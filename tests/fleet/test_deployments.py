@@ -1,6 +1,7 @@
 """Which deployment each host runs (`deploy-hosts status`), rollback to a previous prepared run, and prune,
-against real sshd hosts: the install tests' checkout and fleet (h1 router + engine-1, h2 engine-2 with a
-password, h3 engine-3). One scenario per test, since each step depends on what the last installed."""
+against real sshd hosts: the install tests' checkout and fleet (the `discovered` and `fleet` fixtures; h1
+router + engine-1, h2 engine-2 with a password, h3 engine-3). One scenario per test, since each step depends
+on what the last installed."""
 
 from __future__ import annotations
 
@@ -15,19 +16,16 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import test_discovery
-import test_install
-from test_discovery import HOST_IDS, PASSWORD, cli
-from test_install import NAMES, as_host_user, manifest_of, wait_for
-from test_prepare import git
-
 from fleetsim import SimFleet
+from helpers.deploy_hosts import cli
+from helpers.fleet_checkout import HOST_IDS, PASSWORD
+from helpers.git_repo import git
+from helpers.install import NAMES, as_host_user, manifest_of
+from helpers.polling import wait_for
+
 from narwhal_assets.cli.main import main
 from narwhal_assets.protocols.install import DeploymentEntry
 
-fleet = test_discovery.fleet
-ssh_config = test_discovery.ssh_config
-discovered = test_install.discovered
 INSTALLATION = dg.AssetKey("host_installation")
 ROLLBACK_STARTED = "rollback-started"
 

@@ -1,159 +1,55 @@
 """`deploy-hosts discover` against real sshd hosts (issue: discovery), every file checked against the fleet's truth.
 
-Shared fleet: h1 (router + engine-1, key auth), h2 (engine-2, PASSWORD auth), h3 (engine-3, key auth), each
-serving the same model at /srv/models/demo-model. Destinations are sentinel ssh-config aliases so a leak
-of a destination value is detectable. Every test builds its own checkout; tests that break a host (fake
-tool, stopped sshd, changed replica) restore it in `finally`.
+The model fleet (the `fleet` fixture, helpers.fleet_checkout): h1 (router + engine-1, key auth), h2 (engine-2,
+PASSWORD auth), h3 (engine-3, key auth), each serving the same model at /srv/models/demo-model. Destinations are
+sentinel ssh-config aliases so a leak of a destination value is detectable. Every test builds its own checkout;
+tests that break a host (fake tool, stopped sshd, changed replica) restore it in `finally`.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
-import random
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
 import pytest
-
 from fleetsim import SimFleet
-from narwhal_assets.cli.main import main
+from helpers.deploy_hosts import cli, discover, failing_discover, run_dirs
+from helpers.files import assert_nowhere, known_hosts_fingerprints, read_json, replaced_file, snapshot, source_env
+from helpers.fleet_checkout import (
+    DESTINATIONS,
+    ENGINE_HOSTS,
+    HOST_IDS,
+    LINKS,
+    MODEL,
+    MODEL_CONFIG,
+    MODEL_DIR,
+    PASSWORD,
+    ROLES,
+    TOUCHED,
+    WEIGHTS,
+    make_checkout,
+)
+
 from narwhal_assets.local.checkout import Checkout
-from narwhal_assets.local.checkpoint_store import OBJECTS_DIR, load_checkpoint
+from narwhal_assets.local.checkpoint_store import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
-PASSWORD = "pw-SENTINEL-d15c0v3ry-41c9"
-DESTINATIONS = {"h1": "mgmt-sentinel-q7zk-a", "h2": "mgmt-sentinel-q7zk-b", "h3": "mgmt-sentinel-q7zk-c"}
-ROLES = {"router": "h1", "engine-1": "h1", "engine-2": "h2", "engine-3": "h3"}
-HOST_IDS = {"h1": "node-1", "h2": "node-2", "h3": "node-3"}
-ENGINE_HOSTS = {1: "h1", 2: "h2", 3: "h3"}
-MODEL = "demo-model"
-MODEL_DIR = f"/srv/models/{MODEL}"
-MODEL_CONFIG = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 32768,
-                "torch_dtype": "bfloat16", "num_attention_heads": 32, "hidden_size": 4096}  # fmt: skip
-_rng = random.Random(20251130)
-WEIGHTS = {
-    "model-00001-of-00002.safetensors": _rng.randbytes(3 << 20),
-    "model-00002-of-00002.safetensors": _rng.randbytes(2 << 20),
-    "model.safetensors.index.json": b'{"weight_map": {}}\n',
-    "tokenizer/tokenizer.json": _rng.randbytes(256 << 10),
-    "tokenizer/special tokens.txt": b"<s>\n</s>\n",
-    "-rank0.bin": _rng.randbytes(4096),
-}
-LINKS = {"tokenizer.json": "tokenizer/tokenizer.json"}  # followed like `find -L`
-TOUCHED = "model-00002-of-00002.safetensors"
 TREE_SCRIPT = "cd \"$1\" && find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum --"
 GENERATED = ("deployment.env", "engine-launch.local.json", "engine-launch.sources.json", "fleet.json",
              "hosts.local.json", "ssh.known_hosts", "profiling-limits.json")  # fmt: skip
 
 
-# --------------------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def fleet(sim_fleet_factory: Callable[..., SimFleet]) -> SimFleet:
-    fleet = sim_fleet_factory()
-    fleet.add_host("h1")
-    fleet.add_host("h2", password=PASSWORD)
-    fleet.add_host("h3")
-    fleet.start()
-    for name, path in fleet.write_model(MODEL, WEIGHTS, MODEL_CONFIG).items():
-        for link, target in LINKS.items():
-            (path / link).symlink_to(target)
-        assert fleet.model_path(name, MODEL) == path
-    return fleet
-
-
-@pytest.fixture(scope="module")
-def ssh_config(fleet: SimFleet, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An ssh config whose aliases are the sentinel destinations (outside every checkout)."""
-    blocks = []
-    for name, alias in DESTINATIONS.items():
-        host = fleet.host(name)
-        blocks.append(f"Host {alias}\n    HostName {host.address}\n    User {host.user}\n    Port {host.port}\n"
-                      f"    IdentityFile {fleet.client_key_path}\n    IdentitiesOnly yes\n")  # fmt: skip
-    path = tmp_path_factory.mktemp("sshcfg") / "ssh_config"
-    path.write_text("\n".join(blocks), encoding="utf-8")
-    path.chmod(0o600)
-    return path
-
-
-@pytest.fixture
-def checkout(tmp_path: Path, fleet: SimFleet, ssh_config: Path) -> Path:
-    return make_checkout(tmp_path / "checkout", fleet, ssh_config)
-
-
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def make_checkout(root: Path, fleet: SimFleet, ssh_config: Path, roles: dict[str, str] = ROLES, **extra: str) -> Path:
-    """A management checkout whose .env holds the sentinel destinations, the password and engine settings."""
-    root.mkdir(parents=True, exist_ok=True)
-    lines = []
-    for role, name in roles.items():
-        variable = "NARWHAL_ROUTER_SSH" if role == "router" else f"NARWHAL_NODE_{role.split('-')[1]}_SSH"
-        lines.append(f"{variable}={DESTINATIONS[name]}")
-        if fleet.host(name).password is not None:
-            lines.append(f"{variable}_PASSWORD={PASSWORD}")
-    settings = {"NARWHAL_SSH_CONFIG": str(ssh_config), "NARWHAL_ENGINE_IMAGE": fleet.host("h1").image_ref,
-                "NARWHAL_ENGINE_MODEL_NAME": MODEL, "NARWHAL_MODEL_DIR": MODEL_DIR,
-                "NARWHAL_RUN_DIR": "/var/tmp/narwhal-run", "NARWHAL_FABRIC_INTERFACE": "fab0", **extra}  # fmt: skip
-    lines += [f"{name}={value}" for name, value in settings.items()]
-    (root / ".env").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return root
-
-
-def cli(root: Path, *args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main(["--root", str(root), *args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def discover(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Path:
-    """A discovery that must succeed; returns its run directory (as the command prints it)."""
-    rc, out, err = cli(root, "discover", *args, capsys=capsys)
-    assert rc == 0, err
-    match = re.search(r"^discovery run (\S+)$", out, re.MULTILINE)
-    assert match, out
-    return Path(match.group(1))
-
-
-def failing_discover(root: Path, capsys: pytest.CaptureFixture[str], rc: int = 2) -> tuple[str, Path | None]:
-    """A discovery that must fail with exit `rc` (2: bad input, 1: a host failed); returns stderr and the
-    run directory it created (if any)."""
-    before = set(run_dirs(root))
-    got, out, err = cli(root, "discover", capsys=capsys)
-    assert got == rc, out + err
-    assert err.strip(), "a failed discovery explains itself on stderr"
-    new = sorted(set(run_dirs(root)) - before)
-    assert len(new) <= 1
-    return err, new[0] if new else None
-
-
-def run_dirs(root: Path) -> list[Path]:
-    base = root / "runs" / "discovery"
-    return sorted(p for p in base.iterdir() if p.is_dir() and p.name != OBJECTS_DIR) if base.is_dir() else []
-
-
-def snapshot(directory: Path) -> dict[str, bytes]:
-    """Relative path -> bytes of every file below `directory` (empty when it does not exist)."""
-    if not directory.is_dir():
-        return {}
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def sh(script: str, *args: str) -> str:
@@ -173,26 +69,6 @@ def independent_tree(directory: Path) -> tuple[dict[str, str], str]:
     return files, tree
 
 
-def source_env(path: Path) -> dict[str, str]:
-    """What bash sees after sourcing the file: every NARWHAL_* variable it defines."""
-    script = '. "$1" && for v in ${!NARWHAL_@}; do printf "%s=%s\\n" "$v" "${!v}"; done'
-    done = subprocess.run(["env", "-i", "bash", "-c", script, "bash", str(path)],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    return dict(line.split("=", 1) for line in done.stdout.splitlines())
-
-
-def known_hosts_fingerprints(path: Path) -> dict[str, set[str]]:
-    """Host field -> SHA256 fingerprints of the recorded keys, computed from the key blobs here."""
-    found: dict[str, set[str]] = {}
-    for line in path.read_text(encoding="ascii").splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        host, _key_type, blob = line.split()[:3]
-        digest = hashlib.sha256(base64.b64decode(blob)).digest()
-        found.setdefault(host, set()).add("SHA256:" + base64.b64encode(digest).decode().rstrip("="))
-    return found
-
-
 def latest_metadata(asset: str) -> dict[str, object]:
     with dg.DagsterInstance.get() as instance:
         event = instance.get_latest_materialization_event(dg.AssetKey(asset))
@@ -200,31 +76,10 @@ def latest_metadata(asset: str) -> dict[str, object]:
         return {key: value.value for key, value in event.asset_materialization.metadata.items()}
 
 
-def assert_nowhere(needles: list[str], roots: list[Path]) -> None:
-    for root in roots:
-        for path in root.rglob("*"):
-            if path.is_file() and path.name != ".env":
-                data = path.read_bytes()
-                for needle in needles:
-                    assert needle.encode() not in data, f"{needle!r} found in {path}"
-
-
 def replica_size(fleet: SimFleet, name: str) -> tuple[int, int]:
     """(file count, byte count) of one replica as `find -L` sees it."""
     sizes = [p.stat().st_size for p in fleet.model_path(name, MODEL).rglob("*") if p.is_file()]
     return len(sizes), sum(sizes)
-
-
-@contextmanager
-def replaced_file(path: Path, content: bytes) -> Iterator[None]:
-    """Overwrite a file in place (same inode, so the host's bind mount sees it), restoring it afterwards."""
-    original, mode = path.read_bytes(), path.stat().st_mode & 0o7777
-    try:
-        path.write_bytes(content)
-        yield
-    finally:
-        path.write_bytes(original)
-        path.chmod(mode)
 
 
 @contextmanager

@@ -1,8 +1,9 @@
 """The rediscovery (drift) sensor against real sshd hosts: no drift, a changed checkpoint file or image id, a
 rotated host key; and the real Dagster daemon launching a discovery on drift.
 
-Reuses test_discovery's fleet (h1 router + engine-1, h2 password engine-2, h3 engine-3) and checkout helpers,
-on a fleet of this module's own (the key rotation test changes a host for good, so it runs last).
+Reuses the discovery tests' model fleet and checkout (the `fleet` and `checkout` fixtures: h1 router +
+engine-1, h2 password engine-2, h3 engine-3), on a fleet of this module's own (the key rotation test changes
+a host for good, so it runs last).
 """
 
 from __future__ import annotations
@@ -19,26 +20,16 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster._core.scheduler.instigation import InstigatorTick, TickStatus
-from fleetsim.hardware import image_inspect_object, write_tools
-from test_discovery import (  # the shared fleet, checkout and helpers
-    MODEL,
-    PASSWORD,
-    TOUCHED,
-    WEIGHTS,
-    checkout,
-    discover,
-    fleet,
-    known_hosts_fingerprints,
-    replaced_file,
-    ssh_config,
-)
-
 from fleetsim import SimFleet
+from fleetsim.hardware import image_inspect_object, write_tools
+from helpers.deploy_hosts import discover
+from helpers.files import known_hosts_fingerprints, replaced_file
+from helpers.fleet_checkout import MODEL, PASSWORD, TOUCHED, WEIGHTS
+
 from narwhal_assets.definitions import defs
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
 from narwhal_assets.defs.sensors import rediscovery_sensor
 
-__all__ = ["checkout", "fleet", "ssh_config"]  # fixtures, re-used by name
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 NEW_IMAGE = "sha256:" + "d1" * 32

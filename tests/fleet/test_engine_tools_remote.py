@@ -13,8 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-
 from fleetsim import SimFleet
+
 from narwhal_assets.cli.main import main
 from narwhal_assets.core.inputs.envfile import render_exports
 from narwhal_assets.core.inputs.settings import Settings

@@ -25,10 +25,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from test_discovery import MODEL, MODEL_CONFIG, WEIGHTS, make_checkout, read_json, run_dirs, snapshot
-from test_faults import STALL, host_tool, started_marker, when_started
-
 from fleetsim import SimFleet
+from helpers.deploy_hosts import run_dirs
+from helpers.faults import STALL, host_tool, started_marker, when_started
+from helpers.files import read_json, snapshot
+from helpers.fleet_checkout import MODEL, MODEL_CONFIG, WEIGHTS, make_checkout
 
 HOSTS = [f"h{n}" for n in range(1, 9)]
 ROLES = {"router": "h1", **{f"engine-{n}": f"h{n}" for n in range(1, 9)}}

@@ -4,37 +4,27 @@ capped, parsed linearly and escaped before it reaches a terminal.
 
 Bounded time is shown by *which* mechanism ended a step (the message names it), never by a stopwatch:
 keep-alives of 1 s x 3 against command timeouts of minutes. Processes are looked up on the simulated
-host through /proc (the hosts share this machine's PID namespace), by the host user's uid.
+host through /proc (the hosts share this machine's PID namespace), by the host user's uid (helpers.faults).
 
-The fleet is `test_discovery`'s (same fixture, its own instance here): h1 router + engine-1, h2 engine-2
+The fleet is the model fleet (the `fleet` fixture, its own instance here): h1 router + engine-1, h2 engine-2
 (password), h3 engine-3. Every test restores what it breaks.
 """
 
 from __future__ import annotations
 
-import pwd
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from test_discovery import (  # the shared fleet fixtures and checkout helpers
-    cli,
-    discover,
-    failing_discover,
-    fleet,
-    make_checkout,
-    read_json,
-    replaced_file,
-    run_dirs,
-    snapshot,
-    ssh_config,
-)
-
 from fleetsim import SimFleet
+from helpers.deploy_hosts import cli, discover, failing_discover, run_dirs
+from helpers.faults import GUARD, KEEPALIVE_LOST, STALL, gone, host_tool, started_marker, when_started
+from helpers.files import read_json, snapshot
+from helpers.fleet_checkout import make_checkout
+
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.protocols.install import BOOTSTRAP
@@ -44,11 +34,7 @@ from narwhal_assets.ssh.trust import TrustMode
 from narwhal_assets.workflows.discover import PROBE_COMMAND
 from narwhal_assets.workflows.rediscover import DRIFT_COMMAND
 
-__all__ = ["fleet", "ssh_config"]  # fixtures used by this module's tests
 FAST_ALIVE = {"NARWHAL_SSH_ALIVE_INTERVAL": "1", "NARWHAL_SSH_ALIVE_COUNT": "3"}
-KEEPALIVE_LOST = "connection lost: no reply to keep-alive within 3 s (1 s x 3)"
-GUARD = "Command guard"  # in the guard's argv (its source), so it finds guards too
-STARTED = ".narwhal-fault-started"
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -67,72 +53,6 @@ def connected(root: Path, host_id: str, **bounds: float) -> Iterator[HostConnect
     connector = make_connector(settings, TrustMode.STRICT, **bounds)
     with connector.connect(host_accesses(settings, [entry])[0]) as connection:
         yield connection
-
-
-def host_processes(fleet: SimFleet, name: str, needle: str) -> list[str]:
-    """`pid: argv` of every process of the host's user whose argv contains `needle`."""
-    uid = pwd.getpwnam(fleet.host(name).user).pw_uid
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if proc.stat().st_uid != uid:
-                continue
-            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
-            continue
-        if needle in argv:
-            found.append(f"{proc.name}: {argv[:120]}")
-    return found
-
-
-def gone(fleet: SimFleet, name: str, *needles: str, patience: float = 30.0) -> list[str]:
-    """Wait (a liveness bound, not a speed check) until no such process is left; returns what is left."""
-    deadline = time.monotonic() + patience
-    while True:
-        left = [p for needle in needles for p in host_processes(fleet, name, needle)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
-
-
-@contextmanager
-def host_tool(fleet: SimFleet, name: str, tool: str, script: str) -> Iterator[None]:
-    """Replace (or add) `/usr/local/bin/<tool>` on one host for the duration; restored afterwards."""
-    path = fleet.host(name).hostdir / "bin" / tool
-    if path.exists():
-        with replaced_file(path, script.encode()):
-            yield
-        return
-    path.write_text(script, encoding="utf-8")
-    path.chmod(0o755)
-    try:
-        yield
-    finally:
-        path.unlink()
-
-
-def started_marker(fleet: SimFleet, name: str) -> Path:
-    """Workstation-side path of `$HOME/.narwhal-fault-started` on the host (its home is bind-mounted)."""
-    return fleet.host(name).home / STARTED
-
-
-def when_started(names: list[str], fleet: SimFleet, then: Callable[[], None]) -> threading.Thread:
-    """Run `then` once every named host's tool has written its start marker (the probe is mid-run)."""
-
-    def wait() -> None:
-        deadline = time.monotonic() + 120
-        while not all(started_marker(fleet, n).exists() for n in names) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        then()
-
-    thread = threading.Thread(target=wait, daemon=True)
-    thread.start()
-    return thread
-
-
-STALL = f'#!/bin/sh\ntouch "$HOME/{STARTED}"\nexec sleep 3600\n'
 
 
 # --------------------------------------------------------------------------------------------- transport

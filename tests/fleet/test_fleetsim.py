@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleetsim import FleetError, SimFleet, fake_docker, fake_nvidia_smi, hardware
+from fleetsim import fleet as fleet_module
 from fleetsim.client import FleetSsh
 from fleetsim.state import FleetState
 
-from fleetsim import FleetError, SimFleet, fake_docker, fake_nvidia_smi, hardware
-from fleetsim import fleet as fleet_module
 from narwhal_assets.core.inputs.envfile import parse_env_text
 
 FLEET_SPACE = ipaddress.ip_network("198.18.0.0/15")

@@ -1,7 +1,8 @@
 """`deploy-hosts install` and role shells against real sshd hosts (issue: install), checked on each host.
 
 Fleet and checkout as in the prepare tests: h1 (router + engine-1, key auth), h2 (engine-2, PASSWORD auth),
-h3 (engine-3); the management checkout is a real git repository, discovered once per module. Every test
+h3 (engine-3); the management checkout is a real git repository, discovered once per module (the `discovered`
+and `prepared` fixtures, tests/fleet/conftest.py). Every test
 runs a real `deploy-hosts prepare` into its own directory, so it installs into its own
 `~/Narwhal-deploy/<id>/` and tests stay independent. The simulated hosts have no network: the install
 command links the checkout into the virtualenv with a `.pth` file and the check imports from there.
@@ -11,16 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,80 +26,26 @@ from pathlib import Path
 import dagster as dg
 import pexpect
 import pytest
-import test_discovery
-from test_discovery import DESTINATIONS, HOST_IDS, PASSWORD, assert_nowhere, cli, make_checkout, source_env
-from test_faults import GUARD, KEEPALIVE_LOST, gone, host_tool
-from test_prepare import git_checkout, set_env
-
 from fleetsim import SimFleet, system
+from helpers.faults import GUARD, KEEPALIVE_LOST, gone, host_tool
+from helpers.files import assert_nowhere, source_env
+from helpers.fleet_checkout import DESTINATIONS, HOST_IDS, PASSWORD
+from helpers.install import (
+    SLOW_FLAG,
+    STARTED_FLAG,
+    as_host_user,
+    install,
+    manifest_of,
+    outcomes,
+    partition_metadata,
+    remote_dir,
+)
+from helpers.loopback import free_port
+from helpers.polling import wait_for
+
 from narwhal_assets.cli.main import main
-from narwhal_assets.core.deployment.manifest import DeploymentManifest
-
-# The discovery tests' module-scoped fleet and ssh config, as fixtures of this module too.
-fleet = test_discovery.fleet
-ssh_config = test_discovery.ssh_config
-NAMES = {host_id: name for name, host_id in HOST_IDS.items()}  # node-1 -> h1
-OFFLINE_INSTALL = ("python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0], \"checkout.pth\")"
-                   ".write_text(str(pathlib.Path.cwd()) + chr(10))'")  # fmt: skip
-OFFLINE_CHECK = "python -I -c 'import app.main'"  # the checkout's app/main.py (prints 'served')
-SLOW_FLAG = "slow-install"
-STARTED_FLAG = "install-started"
-# On a host whose home holds SLOW_FLAG, the install command announces itself and then takes long enough
-# for the test to kill that host mid-install.
-SLOW_INSTALL = f'if [ -e "$HOME/{SLOW_FLAG}" ]; then touch "$HOME/{STARTED_FLAG}"; sleep 60; fi; {OFFLINE_INSTALL}'
-
-
-# --------------------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def discovered(fleet: SimFleet, ssh_config: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A discovered git checkout whose .env names the offline install and check commands and the revision."""
-    root = make_checkout(tmp_path_factory.mktemp("install") / "checkout", fleet, ssh_config)
-    revision = git_checkout(root)
-    with pytest.MonkeyPatch.context() as patch:
-        for name in [n for n in os.environ if n.startswith("NARWHAL_")]:
-            patch.delenv(name)
-        patch.setenv("DAGSTER_HOME", str(root.parent / "dagster-discovery"))
-        assert main(["--root", str(root), "discover"]) == 0
-    set_env(root, NARWHAL_DEPLOYMENT_REVISION=revision)
-    with (root / ".env").open("a", encoding="utf-8") as env:
-        env.write(f"NARWHAL_REMOTE_INSTALL={_quote(SLOW_INSTALL)}\nNARWHAL_REMOTE_CHECK={_quote(OFFLINE_CHECK)}\n")
-    return root
-
-
-@pytest.fixture
-def prepared(discovered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    """A fresh prepared run (`deploy-hosts prepare --out`) of the discovered checkout."""
-    out = tmp_path / "prepared"
-    rc, _out, err = cli(discovered, "prepare", "--out", str(out), capsys=capsys)
-    assert rc == 0, err
-    return out
-
 
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "'\\''") + "'"
-
-
-def manifest_of(run: Path) -> DeploymentManifest:
-    return DeploymentManifest.model_validate_json((run / "manifest.json").read_bytes())
-
-
-def remote_dir(fleet: SimFleet, host_id: str, run: Path) -> Path:
-    """The host's `~/Narwhal-deploy/<id>/`, seen from the workstation."""
-    return fleet.host(NAMES[host_id]).home / manifest_of(run).remote_dir
-
-
-def install(root: Path, run: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    return cli(root, "install", "--run", str(run), *args, capsys=capsys)
-
-
-def outcomes(out: str) -> dict[str, str]:
-    """host id -> the outcome word the command printed for it."""
-    return {m.group(1): m.group(2) for m in re.finditer(r"^  (\S+)\s+roles=\S+\s+(installed|reused|failed)", out, re.M)}
 
 
 def git_head(checkout: Path) -> str:
@@ -110,35 +54,11 @@ def git_head(checkout: Path) -> str:
     return done.stdout.strip()
 
 
-def as_host_user(fleet: SimFleet, name: str, path: Path) -> None:
-    account = pwd.getpwnam(fleet.host(name).user)
-    os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
-
-
-def partition_metadata(host_id: str) -> dict[str, object]:
-    with dg.DagsterInstance.get() as instance:
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("host_installation"), asset_partitions=[host_id]), limit=1
-        ).records
-        assert records
-        materialization = records[0].asset_materialization
-        assert materialization is not None
-        return {key: value.value for key, value in materialization.metadata.items()}
-
-
 def role_shell(root: Path, run: Path, role: str, command: str) -> subprocess.CompletedProcess[str]:
     """`deploy-hosts shell --run --role --command` in a child process (it execs OpenSSH)."""
     argv = [sys.executable, "-m", "narwhal_assets", "--root", str(root), "shell", "--run", str(run), "--role", role,
             "--command", command]  # fmt: skip
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-
-
-def wait_for(predicate: object, what: str, limit: float = 120.0) -> None:
-    """Poll until `predicate()` holds (a bounded wait for an event, not a timing assertion)."""
-    deadline = time.monotonic() + limit
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------------------------- tests
@@ -233,7 +153,7 @@ def test_held_lock_fails_only_that_host(
     for directory in (base.parent, base, base / ".install-lock"):
         directory.mkdir(mode=0o700, exist_ok=True)
         as_host_user(fleet, "h3", directory)
-    rc, out, err = install(discovered, prepared, capsys)
+    rc, out, err = install(discovered, prepared, capsys, "--activate", "each")  # per-host activation
     assert rc == 1
     assert outcomes(out) == {"node-1": "installed", "node-2": "installed", "node-3": "failed"}
     assert "host node-3 failed at gate 'lock': .install-lock is held by" in err
@@ -321,7 +241,8 @@ def install_while_h3_fails(
     flag.touch()
     result: dict[str, int] = {}
     worker = threading.Thread(target=lambda: result.update(rc=main(["--root", str(discovered), "install", "--run",
-                                                                     str(prepared)])))  # fmt: skip
+                                                                     str(prepared), "--activate",
+                                                                     "each"])))  # fmt: skip
     try:
         worker.start()
         wait_for(started.exists, "the slow install to start on h3")
@@ -402,7 +323,8 @@ def test_killed_host_mid_clone_leaves_temporaries_that_the_rerun_removes(
                          f'touch "$HOME/{STARTED_FLAG}"\nexec sleep 3600\n')  # fmt: skip
     result: dict[str, int] = {}
     worker = threading.Thread(target=lambda: result.update(rc=main(["--root", str(discovered), "install", "--run",
-                                                                     str(prepared)])))  # fmt: skip
+                                                                     str(prepared), "--activate",
+                                                                     "each"])))  # fmt: skip
     try:
         with host_tool(fleet, "h3", "git", stall_after_clone):
             worker.start()
@@ -509,9 +431,7 @@ def test_ui_backfill_over_all_partitions_installs_every_host(
     assert prepared.returncode == 0, prepared.stderr
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions("narwhal_hosts", list(HOST_IDS.values()))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([str(bin_dir / "dagster"), "dev", "-w", str(repo / "workspace.yaml"), "-h",
                                "127.0.0.1", "-p", str(port)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip

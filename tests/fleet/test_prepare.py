@@ -1,8 +1,8 @@
 """`deploy-hosts prepare` after a real discovery of simulated hosts (issue: prepare), every file checked.
 
-The checkout is a real git repository; the fleet and helpers are the discovery tests' (h1: router +
-engine-1, h2: engine-2 with PASSWORD auth, h3: engine-3), so destinations and the password are sentinels
-whose leak anywhere is detectable.
+The checkout is a real git repository; the fleet is the model fleet (the `fleet` fixture, its own instance here:
+h1: router + engine-1, h2: engine-2 with PASSWORD auth, h3: engine-3), so destinations and the password are
+sentinels whose leak anywhere is detectable.
 """
 
 from __future__ import annotations
@@ -20,23 +20,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from test_discovery import (  # the discovery tests' fleet, checkout and helpers
-    DESTINATIONS,
-    ENGINE_HOSTS,
-    HOST_IDS,
-    PASSWORD,
-    ROLES,
-    assert_nowhere,
-    cli,
-    fleet,
-    make_checkout,
-    read_json,
-    snapshot,
-    source_env,
-    ssh_config,
-)
-
 from fleetsim import SimFleet
+from helpers.deploy_hosts import cli
+from helpers.files import assert_nowhere, read_json, snapshot, source_env
+from helpers.fleet_checkout import DESTINATIONS, ENGINE_HOSTS, HOST_IDS, PASSWORD, ROLES, make_checkout, set_env
+from helpers.git_repo import TRACKED, git, git_checkout
+
 from narwhal_assets.cli.main import main
 from narwhal_assets.definitions import defs
 from narwhal_assets.defs.deployment.assets import (
@@ -49,40 +38,12 @@ from narwhal_assets.defs.deployment.assets import (
 from narwhal_assets.defs.resources import ManagementCheckout
 from narwhal_assets.runtime.runner import operator_instance
 
-__all__ = ["fleet", "ssh_config"]  # module-scoped fixtures shared with the discovery tests
-
 TOOLS = ("launch_engine.py", "fabric_budget.py", "cache_capture_hook.py")
 TOOL_VARS = {"launch_engine.py": "NARWHAL_ENGINE_LAUNCHER", "fabric_budget.py": "NARWHAL_FABRIC_BUDGET_TOOL",
              "cache_capture_hook.py": "NARWHAL_CACHE_CAPTURE_HOOK"}  # fmt: skip
-TRACKED = {".gitignore": "/.env\n/config/*.json\n/config/*.env\n/config/ssh.known_hosts*\n/runs/\n",
-           ".env.example": "NARWHAL_NODE_1_SSH=ops@gpu-a.example\n", "README.md": "# checkout under test\n",
-           "app/main.py": "print('served')\n"}  # fmt: skip
 ENGINE_FIELDS = ("ENGINE_IMAGE", "ENGINE_MODEL_NAME", "MODEL_DIR", "RUN_DIR", "MODEL_CONFIG_SHA256", "FABRIC_INTERFACE",
                  "ENGINE_PORT", "ATTEST_PORT", "NIXL_SIDE_CHANNEL_PORT", "UCX_TCP_PORT_RANGE")  # fmt: skip
 API_KEY = "engine-key 'with' $(quotes) `and` \"more\"\nsecond line ü"
-
-
-def git(root: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}  # fmt: skip
-    return subprocess.run(["git", "-C", str(root), *args], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
-
-
-def git_checkout(root: Path) -> str:
-    """Make `root` a git repository with one commit of TRACKED; returns the commit id."""
-    git(root, "init", "-q", "-b", "main")
-    for name, text in TRACKED.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    git(root, "add", *TRACKED)
-    git(root, "commit", "-q", "-m", "checkout")
-    return git(root, "rev-parse", "HEAD")
-
-
-def set_env(root: Path, **values: str) -> None:
-    with (root / ".env").open("a") as env:
-        env.writelines(f"{name}='{value}'\n" for name, value in values.items())
 
 
 @pytest.fixture(scope="module")

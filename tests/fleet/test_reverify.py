@@ -1,9 +1,9 @@
 """Re-verification schedule and the `installed_from_latest_manifest` check against real sshd hosts.
 
 Reuses the install tests' discovered git checkout (h1 router + engine-1, h2 password engine-2, h3 engine-3)
-and their prepared-run fixture, on a fleet of this module's own. Prepare and install are the real
-`deploy-hosts` commands against the test's Dagster instance; the schedule's ticks are evaluated with
-`build_schedule_context` on that instance and the runs they request are executed with `runner.run_job`.
+and their prepared-run fixture (tests/fleet/conftest.py), on a fleet of this module's own. Prepare and install
+are the real `deploy-hosts` commands against the test's Dagster instance; the schedule's ticks are evaluated
+with `build_schedule_context` on that instance and the runs they request are executed with `runner.run_job`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import test_install
 from dagster._core.definitions.data_version import StaleStatus
 from dagster._utils.test.data_versions import get_stale_status_resolver  # Dagster's own per-partition staleness
-from test_discovery import cli
-from test_install import install, manifest_of, outcomes, remote_dir
-
 from fleetsim import SimFleet
+from helpers.deploy_hosts import cli
+from helpers.install import install, manifest_of, outcomes, remote_dir
+
 from narwhal_assets.definitions import defs
 from narwhal_assets.defs.deployment.assets import prepare_deployment
 from narwhal_assets.defs.installation.assets import INSTALLATION, host_installation
@@ -28,10 +27,6 @@ from narwhal_assets.defs.schedules import reverify_installed_hosts
 from narwhal_assets.runtime.runner import run_job
 from narwhal_assets.workflows.install import HostInstallFailure
 
-fleet = test_install.fleet
-ssh_config = test_install.ssh_config
-discovered = test_install.discovered
-prepared = test_install.prepared
 HOSTS = ["node-1", "node-2", "node-3"]
 
 

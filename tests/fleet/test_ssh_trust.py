@@ -21,8 +21,8 @@ from pathlib import Path
 import dagster as dg
 import pexpect
 import pytest
-
 from fleetsim import SimFleet
+
 from narwhal_assets.cli.main import main
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.inputs.settings import Settings

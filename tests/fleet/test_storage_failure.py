@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from test_discovery import DESTINATIONS, PASSWORD, checkout, fleet, ssh_config  # noqa: F401  (fixtures)
+from helpers.fleet_checkout import DESTINATIONS, PASSWORD
 
 TMPFS_SIZE = "16m"
 WAIT_S = 240.0
@@ -50,7 +50,7 @@ def _fill(directory: Path) -> None:
 
 
 def test_a_publish_followed_by_a_storage_failure_reports_the_publish_and_the_missing_lineage(
-    checkout: Path,  # noqa: F811
+    checkout: Path,
     tmp_path: Path,
 ) -> None:
     """Exit 1, one line that says the set was published and its lineage was not recorded, no traceback; the

@@ -1,14 +1,17 @@
-"""Fixtures for the team-instance tests: a PostgreSQL server the tests own, and the fleet fixtures (with the
-discovery test's model fleet and sentinel ssh config) reused from tests/fleet."""
+"""Fixtures for the team-instance tests: a PostgreSQL server the tests own; the model fleet and its ssh config
+come from tests/conftest.py."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from fleet.conftest import checkout_env, sim_fleet_factory  # noqa: F401
-from fleet.test_discovery import fleet, ssh_config  # noqa: F401
-from pgserver import PgServer, running_server
+from helpers.pgserver import PgServer, running_server
+
+
+@pytest.fixture(autouse=True)
+def _checkout_env(checkout_env: None) -> None:
+    """Every test here runs under `checkout_env`."""
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from fleet.test_discovery import DESTINATIONS, PASSWORD, assert_nowhere, make_checkout
-from pgserver import PgServer
-
 from fleetsim import SimFleet
+from helpers.files import assert_nowhere
+from helpers.fleet_checkout import DESTINATIONS, PASSWORD, make_checkout
+from helpers.install import OFFLINE_CHECK, OFFLINE_INSTALL
+from helpers.pgserver import PgServer
 
 pytestmark = pytest.mark.fleet
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -29,11 +30,8 @@ WORKSTATION_STEPS: tuple[tuple[str, ...], ...] = (
     ("install", "--run", "{root}/runs/deployment-env/team", "--host", "node-1"),
 )
 # A management checkout is a git repository (prepare ships one of its commits); the simulated hosts have no
-# package index, so the install and check commands work offline (as in the install tests).
+# package index, so the install and check commands work offline (helpers.install, as in the install tests).
 TRACKED = {".gitignore": "/.env\n/config/\n/runs/\n", "app/main.py": "print('served')\n"}
-OFFLINE_INSTALL = ("python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0], \"checkout.pth\")"
-                   ".write_text(str(pathlib.Path.cwd()) + chr(10))'")  # fmt: skip
-OFFLINE_CHECK = "python -I -c 'import app.main'"
 
 
 def readme_instance_yaml() -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from launch_fixtures import CONFIG_SHA, IMAGE_ID, make_settings, observation, two_hosts
+from helpers.launch_inputs import CONFIG_SHA, IMAGE_ID, make_settings, observation, two_hosts
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.envfile import parse_env_text

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from launch_fixtures import IMAGE_ID, colocated, gpu, make_settings, observation, rdma_port, two_hosts
+from helpers.launch_inputs import IMAGE_ID, colocated, gpu, make_settings, observation, rdma_port, two_hosts
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.jsonfile import render_json

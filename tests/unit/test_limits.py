@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.launch_inputs import make_settings
 
 from narwhal_assets.core import limits
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.settings import PATH_DEFAULTS
 from narwhal_assets.core.launch.policy import resolve_engine_field
-from tests.unit.launch_fixtures import make_settings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "limits.md"
 SECRET = "SENTINEL-value-"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from launch_fixtures import make_settings, two_hosts
+from helpers.launch_inputs import make_settings, two_hosts
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.jsonfile import render_json

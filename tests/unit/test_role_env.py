@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.envfile import HYPO, VALUES, bash_view, needs_bash
 from hypothesis import given
 from hypothesis import strategies as st
-from test_envfile import HYPO, VALUES, bash_view, needs_bash
 
 from narwhal_assets.core.deployment.layout import PublishedSet, host_files
 from narwhal_assets.core.deployment.prepare_inputs import check_revision, discovery_inputs_digest, private_tree_paths

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from launch_fixtures import make_settings, two_hosts
+from helpers.launch_inputs import make_settings, two_hosts
 
 from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch.launch_records import build_launch_config, engine_launch_file

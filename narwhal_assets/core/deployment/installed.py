@@ -2,7 +2,8 @@
 
 One rule serves the `installed_from_latest_manifest` check (hosts to name) and the re-verification schedule
 (hosts to re-verify): a host is current when its latest successful installation has the deployment id of the
-latest `deployment_manifest`; otherwise it is outdated (another deployment) or never installed.
+latest `deployment_manifest`; otherwise it is outdated (another deployment) or never installed. `Installed`
+is also what the live-drift rule (`core.deployment.live`) compares the newest live observation with.
 """
 
 from __future__ import annotations
@@ -17,10 +18,15 @@ NEVER = "never installed"
 
 @dataclass(frozen=True)
 class Installed:
-    """What a host's latest successful installation recorded."""
+    """What a host's latest successful installation recorded, and when Dagster recorded it.
+
+    Only drift needs the time (an observation older than the installation is not drift); comparing deployment
+    ids does not, so it may be left at 0.
+    """
 
     deployment_id: str
     revision: str
+    timestamp: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The prepared directory's layout (spec 12.2, 13.3): which files each physical host gets and where `install`
-puts each of them inside the remote checkout."""
+"""The prepared directory's layout (docs/prepare.md, "Layout"): which files each physical host gets and where
+`install` puts each of them inside the remote checkout."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Manifest verification before `install` or a role shell contacts any host (spec 13.3).
+"""Manifest verification before `install` or a role shell contacts any host (docs/install.md, step 1).
 
 A prepared directory may only be installed while it still describes the fleet: the same hosts, roles and
 access variables as the current inventory, the same destinations (compared as SHA-256 digests) and pinned

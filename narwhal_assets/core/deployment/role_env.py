@@ -1,4 +1,4 @@
-"""Role environments (`.env.router`, `.env.engine-<n>`, spec 12.2): which variables each role exports, the
+"""Role environments (`.env.router`, `.env.engine-<n>`, docs/prepare.md): which variables each role exports, the
 layer each value came from, and the credential guard.
 
 Selection is by name from explicit lists (the revision, the ten engine fields, fleet references, the
@@ -196,7 +196,7 @@ class _Collector:
             except InputError as exc:
                 self.problems += [f"{self.where}: {problem}" for problem in exc.problems]
                 continue
-            reason = f"engine field {spec.variable} (spec 12.2)"
+            reason = f"engine field {spec.variable}"
             self.put(spec.variable, resolved.value or "", resolved.variable, reason)
         for m in self.inputs.inventory.engine_numbers():
             self.setting(Role.engine(m).node_var("IP"), "fabric peer address", required=True)

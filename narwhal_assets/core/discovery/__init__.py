@@ -1,1 +1,1 @@
-"""What discovery observed and derives from it: observations, digests, drift, retention, deployment.env."""
+"""What discovery observed and records: observations, digests, the run's manifest, drift, watch, retention."""

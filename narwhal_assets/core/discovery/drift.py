@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pydantic import Field
 
 from narwhal_assets.core.discovery.observations import CheckpointDigest, Gpu, HostObservation, NetInterface
+from narwhal_assets.core.display import printable
 from narwhal_assets.core.records import Record
 
 HOST_KEY = "host-key"
@@ -131,11 +132,6 @@ def compare_host(
     for engine in sorted(set(digests) | set(snapshot.models)):
         changes += _model_changes(engine, observation, digests.get(engine), snapshot.models.get(engine))
     return changes
-
-
-def printable(text: str) -> str:
-    """A host-supplied name made safe for a terminal and the UI: control characters escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _listing(values: list[str]) -> str:

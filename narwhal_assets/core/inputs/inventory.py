@@ -62,6 +62,10 @@ class Inventory(BaseModel):
                 return entry
         raise InputError([f"inventory: no host owns role {role!r}"])
 
+    def roles(self) -> list[str]:
+        """Every role some host owns: the router first, then engines by number."""
+        return sorted({role for entry in self.hosts for role in entry.roles}, key=_role_order)
+
     def host_ids(self) -> list[str]:
         return [entry.id for entry in self.hosts]
 
@@ -123,7 +127,7 @@ def derive_inventory(settings: Settings) -> Inventory:
     role_vars = destination_variables(settings)
     engines = sorted(n for n in map(engine_number, role_vars) if n is not None)
     if not engines:
-        raise InputError([f"{settings.root / '.env'}: no NARWHAL_NODE_<n>_SSH destination is set"])
+        raise InputError([_no_destination(settings.root)])
     groups: dict[str, list[str]] = {}
     for role in sorted(role_vars, key=_role_order):
         groups.setdefault(settings.get(role_vars[role]) or "", []).append(role)
@@ -142,6 +146,17 @@ def derive_inventory(settings: Settings) -> Inventory:
         hosts.append(HostEntry(id=host_id, ssh_env=ssh_env, password_env=password_env, roles=roles))
     hosts.sort(key=lambda h: h.engine_numbers()[:1])
     return Inventory(hosts=hosts)
+
+
+def _no_destination(root: Path) -> str:
+    """Why no engine has a destination, with the fix: most often the command ran outside the checkout."""
+    dotenv = root / DOTENV
+    if not dotenv.exists():
+        return (
+            f"{dotenv} does not exist: {root} is not a management checkout; run in your checkout, pass --root "
+            "DIR (Dagster's commands: NARWHAL_ROOT=DIR), or start one from the repository's .env.example"
+        )
+    return f"{dotenv}: no NARWHAL_NODE_<n>_SSH destination is set"
 
 
 def load_inventory(path: Path) -> Inventory:

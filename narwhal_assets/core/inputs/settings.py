@@ -126,7 +126,7 @@ class Settings:
 
     @property
     def profiling_limits_path(self) -> Path:
-        """`profiling-limits.json` beside the fleet file (spec 12.3)."""
+        """`profiling-limits.json` beside the fleet file: the router reads both from one directory."""
         return self.fleet_path.parent / PROFILING_LIMITS_FILE
 
     @property

@@ -1,8 +1,6 @@
 """The `deployment` group: source bundle, role environments and deployment manifest, prepared by one op
 (everything is validated before any of the three is written), plus their asset checks."""
 
-import os
-import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from narwhal_assets.defs.discovery.assets import KNOWN_HOSTS
 from narwhal_assets.defs.lineage import latest_metadata, upstream_metadata
 from narwhal_assets.defs.resources import ManagementCheckout
 from narwhal_assets.local.gitsource import bundle_head
-from narwhal_assets.local.privatefiles import DIR_MODE, FILE_MODE
+from narwhal_assets.local.privatefiles import non_private
 from narwhal_assets.ssh.trust import KnownHostsStore
 from narwhal_assets.workflows.prepare import Prepared, prepare
 
@@ -127,7 +125,7 @@ def bundle_clones_to_revision(context: dg.AssetCheckExecutionContext) -> dg.Asse
 @dg.asset_check(asset=ROLE_ENVIRONMENTS, description="Every prepared file is 0600 in 0700 directories")
 def prepared_files_private(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
     out, _ = checked_out(context, ROLE_ENVIRONMENTS)
-    loose = [f"{path}: {problem}" for path, problem in _mode_problems(out)]
+    loose = non_private([out])
     return dg.AssetCheckResult(
         passed=not loose,
         description="\n".join(loose) if loose else "all private",
@@ -159,23 +157,6 @@ def prepared_files_hold_no_access(
         description="\n".join(leaks) if leaks else f"{scanned} files scanned, none holds management access",
         metadata={"out": dg.MetadataValue.path(str(out)), "files_scanned": scanned},
     )
-
-
-def _mode_problems(out: Path) -> Iterator[tuple[Path, str]]:
-    """Every entry of `out` (itself included) whose mode is not 0700 (directory) or 0600 (file); no links."""
-    for directory, dirnames, filenames in os.walk(out):
-        base = Path(directory)
-        for path in (base, *(base / name for name in filenames)):
-            mode = os.lstat(path).st_mode
-            if stat.S_ISLNK(mode):
-                yield path, "a symbolic link"
-                continue
-            want = DIR_MODE if stat.S_ISDIR(mode) else FILE_MODE
-            if stat.S_IMODE(mode) != want:
-                yield path, f"mode {stat.S_IMODE(mode):04o}, expected {want:04o}"
-        for name in dirnames:
-            if (base / name).is_symlink():
-                yield base / name, "a symbolic link"
 
 
 PREPARE_CHECKS = [bundle_clones_to_revision, prepared_files_private, prepared_files_hold_no_access]

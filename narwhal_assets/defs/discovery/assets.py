@@ -74,7 +74,7 @@ def host_discovery(
     inspect_hosts(settings, inventory, connector, run, previous.checkpoints if previous else {}, config.full_hash)
     stage_enrolments(run, connector.store.staged_entries())
     if KNOWN_HOSTS in context.selected_asset_keys:
-        staged = {e.host_id for e in connector.store.staged_entries()}
+        staged = {e.host_id for e in connector.store.staged_entries() if not e.hop}
         fingerprints = {
             h: {"fingerprint": o.host_key_fingerprint, "outcome": "staged" if h in staged else "known"}
             for h, o in run.observations.items()

@@ -1,11 +1,12 @@
 """Asset checks: each can fail, with a description naming the file, field or host at fault."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 
 from narwhal_assets.core.discovery.digests import compare_replicas
+from narwhal_assets.core.discovery.manifest import GENERATED_FILES
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.defs.discovery.assets import CHECKPOINTS, KNOWN_HOSTS, OBSERVATIONS
@@ -17,17 +18,7 @@ from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.trust import KnownHostsStore
 from narwhal_assets.workflows.discover import DiscoveryRun
 
-# Each generated asset and the files or directories it writes: one private-modes check covers them all.
-GENERATED_FILES: dict[str, Callable[[Settings], list[Path]]] = {
-    "host_inventory": lambda s: [s.hosts_path],
-    "ssh_known_hosts": lambda s: [s.known_hosts_path],
-    "host_observations": lambda s: [s.discovery_dir],
-    "checkpoint_digests": lambda s: [s.discovery_dir],
-    "deployment_env": lambda s: [s.deployment_env_path],
-    "engine_launch_records": lambda s: [s.launch_config_path, s.launch_sources_path],
-    "fleet": lambda s: [s.fleet_path],
-    "profiling_limits": lambda s: [s.profiling_limits_path],
-}
+# One private-modes check covers every generated asset (`GENERATED_FILES`) with the files it writes.
 PRIVATE_CHECK = "files_private"
 
 

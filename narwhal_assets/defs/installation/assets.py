@@ -64,7 +64,7 @@ def host_installation(
     mode: Mode = config.mode
     outcome = connect_and_install(connector, host_access(settings, entry), run, commands, mode)
     who = f"{context.run.tags.get(COMMAND_TAG, 'dagster')} by {getpass.getuser()}"
-    metadata = {**outcome_metadata(run, outcome), "mode": mode, "who": who}
+    metadata = outcome_metadata(run, outcome, mode, who)
     if not outcome.ok:
         context.log_event(dg.AssetObservation(asset_key=INSTALLATION, partition=entry.id, metadata=metadata))
         raise HostInstallFailure(entry.id, outcome.gate or "unknown", outcome.message or "", outcome)
@@ -72,10 +72,16 @@ def host_installation(
     return dg.MaterializeResult(metadata=metadata)
 
 
-def outcome_metadata(run: PreparedRun, outcome: HostOutcome) -> dict[str, object]:
+def outcome_metadata(run: PreparedRun, outcome: HostOutcome, mode: Mode, who: str) -> dict[str, object]:
     """What the UI shows per host; names and counts only, never a destination or password."""
     return {
-        "outcome": outcome.outcome if outcome.ok else f"failed: {outcome.gate}",
+        "outcome": _outcome_word(outcome, mode),
+        "mode": mode,
+        "who": who,
+        "current": outcome.activation,
+        "current_before": outcome.current_before or "none",
+        "current_after": outcome.current_after or outcome.current_before or "none",
+        "summary": outcome.describe(),
         "revision": run.manifest.revision,
         "deployment_id": run.manifest.deployment_id,
         "remote_dir": f"~/{run.manifest.remote_dir}",
@@ -87,6 +93,15 @@ def outcome_metadata(run: PreparedRun, outcome: HostOutcome) -> dict[str, object
         "seconds": round(outcome.seconds, 3),
         **({"message": outcome.message} if outcome.message else {}),
     }
+
+
+def _outcome_word(outcome: HostOutcome, mode: Mode) -> str:
+    """`installed`, `reused`, `activated` (by a rollback), `staged` (not activated) or `failed: <gate>`."""
+    if not outcome.ok:
+        return f"failed: {outcome.gate}"
+    if outcome.activation == "not activated":
+        return "staged"
+    return "activated" if mode == "activate" else outcome.outcome
 
 
 install_job = dg.define_asset_job(

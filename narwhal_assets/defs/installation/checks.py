@@ -46,14 +46,18 @@ def latest_manifest(instance: dg.DagsterInstance) -> LatestManifest:
 
 
 def latest_installs(instance: dg.DagsterInstance, host_ids: list[str]) -> dict[str, Installed | None]:
-    """Each host's latest successful installation (a failed one is an observation and does not count)."""
+    """Each host's latest successful installation (a failed one is an observation and does not count).
+
+    The one reader of installations from Dagster: the outdated check, the re-verification schedule and the
+    live-drift check all use it.
+    """
     found: dict[str, Installed | None] = {}
     for host_id in host_ids:
         records = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=INSTALLATION, asset_partitions=[host_id]), limit=1
         ).records
         materialization = records[0].asset_materialization if records else None
-        found[host_id] = _installed(materialization.metadata) if materialization else None
+        found[host_id] = _installed(materialization.metadata, records[0].timestamp) if materialization else None
     return found
 
 
@@ -88,10 +92,10 @@ def evaluate_installed(instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
     return _evaluation(True, f"all {len(states)} host(s) installed from {manifest.deployment_id}", metadata)
 
 
-def _installed(metadata: Mapping[str, dg.MetadataValue]) -> Installed | None:
+def _installed(metadata: Mapping[str, dg.MetadataValue], timestamp: float) -> Installed | None:
     if "deployment_id" not in metadata or "revision" not in metadata:
         return None
-    return Installed(str(metadata["deployment_id"].value), str(metadata["revision"].value))
+    return Installed(str(metadata["deployment_id"].value), str(metadata["revision"].value), timestamp)
 
 
 def _evaluation(passed: bool, description: str, metadata: Mapping[str, object]) -> dg.AssetCheckEvaluation:

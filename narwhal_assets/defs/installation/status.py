@@ -12,11 +12,14 @@ import dagster as dg
 from narwhal_assets.core.deployment.live import Recorded, drifting
 from narwhal_assets.defs.evaluations import as_result
 from narwhal_assets.defs.installation.assets import INSTALLATION
+from narwhal_assets.defs.installation.checks import latest_installs
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.workflows.deployments import HostStatus
 
 CHECK_NAME = "live_matches_installed"
 LIVE_KEY = "live_deployment_id"
+READ_STARTED_KEY = "read_started_at"  # when status began reading the host (the drift rule's observation time)
+IN_PROGRESS_KEY = "install_in_progress"
 SCAN = 50  # observations read per host to find the newest status one (failed installs observe too)
 DIRECTORY_COLUMNS = ["deployment_id", "state", "revision", "check", "current"]
 REVISION_COLUMNS = ["host", "installed_revision", "installed_deployment", "live_revision", "live_deployment", "drift"]
@@ -42,18 +45,10 @@ def status_observation(status: HostStatus) -> dg.AssetObservation:
         "live_check": live.check if live else "none",
         "problems": "; ".join(status.problems()) or "none",
         "directories": _table(DIRECTORY_COLUMNS, rows),
+        READ_STARTED_KEY: dg.MetadataValue.timestamp(status.read_started_at),
+        IN_PROGRESS_KEY: any(d.state == "locked" for d in status.deployments),
     }
     return dg.AssetObservation(asset_key=INSTALLATION, partition=status.host_id, metadata=metadata)
-
-
-def _installed(instance: dg.DagsterInstance, host_id: str) -> Recorded | None:
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=INSTALLATION, asset_partitions=[host_id]), limit=1
-    ).records
-    if not records or records[0].asset_materialization is None:
-        return None
-    meta = records[0].asset_materialization.metadata
-    return Recorded(_text(meta, "deployment_id"), _text(meta, "revision"), records[0].timestamp)
 
 
 def _live(instance: dg.DagsterInstance, host_id: str) -> Recorded | None:
@@ -64,7 +59,11 @@ def _live(instance: dg.DagsterInstance, host_id: str) -> Recorded | None:
         observation = record.asset_observation
         if observation is not None and LIVE_KEY in observation.metadata:
             meta = observation.metadata
-            return Recorded(_text(meta, LIVE_KEY), _text(meta, "live_revision"), record.timestamp)
+            started = meta.get(READ_STARTED_KEY)
+            busy = meta.get(IN_PROGRESS_KEY)
+            return Recorded(_text(meta, LIVE_KEY), _text(meta, "live_revision"),
+                            float(started.value) if started is not None else record.timestamp,  # type: ignore[arg-type]
+                            bool(busy.value) if busy is not None else False)  # fmt: skip
     return None
 
 
@@ -75,7 +74,7 @@ def _text(metadata: dict[str, dg.MetadataValue], key: str) -> str | None:
 
 def evaluate_drift(instance: dg.DagsterInstance, host_ids: list[str]) -> tuple[list[str], dg.AssetCheckEvaluation]:
     """Per host: last installed vs newest live observation; fails naming each host that drifted."""
-    installed = {host_id: _installed(instance, host_id) for host_id in host_ids}
+    installed = latest_installs(instance, host_ids)
     live = {host_id: _live(instance, host_id) for host_id in host_ids}
     drifted = drifting(installed, live)
     rows: list[dict[str, str | bool]] = []

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import psycopg2
 import pytest
-from loopback import free_port
+
+from helpers.loopback import free_port
 
 PG_USER = "narwhal_team"
 PG_DB = "narwhal_dagster"  # the README's db_name

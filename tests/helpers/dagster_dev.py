@@ -13,7 +13,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
-from loopback import free_port
+
+from helpers.loopback import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's `chromium` package; Playwright never downloads a browser here
 WORKSPACE = Path(__file__).resolve().parents[2] / "workspace.yaml"

@@ -1,0 +1,146 @@
+"""Install as one fleet operation on real sshd hosts: stage everywhere then activate together, a canary that
+stops the rest, the fleet lock (refusal naming the holder, a stale lease taken over), and lines that say
+what happened to `current`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+from fleetsim import SimFleet
+from helpers.deploy_hosts import cli
+from helpers.install import NAMES, OFFLINE_CHECK, as_host_user, install, manifest_of, remote_dir
+
+pytestmark = pytest.mark.fleet
+FAIL_FLAG = "fail-check"
+
+
+@pytest.fixture(scope="module")
+def root(discovered: Path) -> Path:
+    """The discovered checkout, with a check command that fails on a host whose home holds FAIL_FLAG."""
+    check = f'test ! -e "$HOME/{FAIL_FLAG}" && {OFFLINE_CHECK}'
+    with (discovered / ".env").open("a", encoding="utf-8") as env:
+        env.write("NARWHAL_REMOTE_CHECK='" + check.replace("'", "'\\''") + "'\n")
+    return discovered
+
+
+def current(fleet: SimFleet, host_id: str) -> str | None:
+    link = fleet.host(NAMES[host_id]).home / "Narwhal-deploy" / "current"
+    return os.readlink(link) if link.is_symlink() else None
+
+
+def line(out: str, host_id: str) -> str:
+    found = re.search(rf"^  {host_id}\s+roles=\S+\s+(.*)$", out, re.M)
+    assert found, out
+    return found.group(1)
+
+
+def prepare(root: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    rc, _, err = cli(root, "prepare", "--out", str(out), capsys=capsys)
+    assert rc == 0, err
+    return out
+
+
+def test_one_failing_host_activates_none_and_the_rerun_sends_nothing_to_the_staged_hosts(
+    root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deployment = manifest_of(prepared).deployment_id
+    before = {h: current(fleet, h) for h in NAMES}
+    flag = fleet.host("h2").home / FAIL_FLAG
+    flag.touch()
+    try:
+        rc, out, err = install(root, prepared, capsys)
+    finally:
+        flag.unlink()
+    assert rc == 1, out + err
+    assert "none was activated: node-2 failed" in out
+    assert line(out, "node-2").startswith("failed at gate 'check'")
+    for host_id in ("node-1", "node-3"):
+        assert line(out, host_id).startswith("staged, not activated (node-2 failed: no host was activated")
+    assert {h: current(fleet, h) for h in NAMES} == before, "no host moved"
+
+    rc, out, err = install(root, prepared, capsys)
+    assert rc == 0, out + err
+    for host_id in ("node-1", "node-3"):
+        assert re.match(r"reused, activated \(was \S+\) \(0 files, 0 bytes sent", line(out, host_id)), out
+    assert line(out, "node-2").startswith("installed, activated")
+    assert {h: current(fleet, h) for h in NAMES} == dict.fromkeys(NAMES, deployment)
+
+
+def test_activate_each_moves_the_hosts_that_staged_and_a_failing_canary_contacts_no_other_host(
+    root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    deployment = manifest_of(prepared).deployment_id
+    flag = fleet.host("h2").home / FAIL_FLAG
+    flag.touch()
+    try:
+        rc, out, _ = install(root, prepared, capsys, "--activate", "each")
+    finally:
+        flag.unlink()
+    assert rc == 1
+    assert (current(fleet, "node-1"), current(fleet, "node-3")) == (deployment, deployment)
+    assert current(fleet, "node-2") != deployment and line(out, "node-2").startswith("failed at gate 'check'")
+
+    canary_run = prepare(root, tmp_path / "canary", capsys)
+    flag = fleet.host("h1").home / FAIL_FLAG
+    flag.touch()
+    try:
+        rc, out, _ = install(root, canary_run, capsys, "--canary", "1")
+    finally:
+        flag.unlink()
+    assert rc == 1
+    for host_id in ("node-2", "node-3"):
+        assert line(out, host_id).startswith("not contacted")
+        assert not remote_dir(fleet, host_id, canary_run).exists(), "a host after the failed canary was touched"
+        assert not (canary_run / "logs" / f"{host_id}.log").exists()
+
+
+def test_rollback_then_install_says_current_moves_back(
+    root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    first = manifest_of(prepared).deployment_id
+    assert install(root, prepared, capsys)[0] == 0
+    newer = prepare(root, tmp_path / "newer", capsys)
+    second = manifest_of(newer).deployment_id
+    assert install(root, newer, capsys)[0] == 0
+    rc, out, err = cli(root, "rollback", "--run", str(prepared), capsys=capsys)
+    assert rc == 0, out + err
+    assert all(line(out, h) .startswith(f"reused, activated (was {second})") for h in NAMES)
+    rc, out, err = install(root, newer, capsys)
+    assert rc == 0, out + err
+    assert all(line(out, h).startswith(f"reused, activated (was {first})") for h in NAMES), out
+    rc, out, _ = install(root, newer, capsys)
+    assert all(line(out, h).startswith("reused, already current") for h in NAMES), out
+
+
+def test_a_held_fleet_lock_refuses_naming_its_holder_and_a_stale_one_is_taken_over(
+    root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lock = fleet.host("h1").home / "Narwhal-deploy" / ".fleet-lock"
+    lock.parent.mkdir(mode=0o700, exist_ok=True)
+    lock.mkdir(mode=0o700)
+    owner = {"user": "bob", "workstation": "bobs-laptop", "command": "install", "revision": "b" * 40,
+             "deployment_id": "f" * 32, "message": "hotfix", "since": "2026-12-02T00:00:00Z", "token": "x",
+             "refreshed": time.time()}  # fmt: skip
+    (lock / "owner.json").write_text(json.dumps(owner))
+    for path in (lock.parent, lock, lock / "owner.json"):
+        as_host_user(fleet, "h1", path)
+    before = {h: current(fleet, h) for h in NAMES}
+    rc, out, err = install(root, prepared, capsys)
+    assert rc == 1
+    assert "another deploy holds the fleet lock (on host node-1): bob@bobs-laptop (install of bbbbbbbbbbbb" in err
+    assert '"hotfix"' in err and {h: current(fleet, h) for h in NAMES} == before
+    rc, out, _ = cli(root, "lock", capsys=capsys)
+    assert rc == 0 and "held: bob@bobs-laptop" in out
+
+    owner["refreshed"] = time.time() - 3600
+    (lock / "owner.json").write_text(json.dumps(owner))
+    rc, out, err = install(root, prepared, capsys)
+    assert rc == 0, out + err
+    assert "took over the stale fleet lock of bob@bobs-laptop" in out
+    rc, out, _ = cli(root, "lock", capsys=capsys)
+    assert "is free" in out, "the deploy released the lock it took over"

@@ -1,0 +1,1 @@
+"""Plain helpers the test modules share: constants, functions and classes, no fixtures (those live in conftest.py)."""

@@ -1,0 +1,537 @@
+"""What the host installer trusts, never follows and never runs (docs/install.md), tested by running the real
+installer locally as a host would (`BOOTSTRAP` under `python3 -I -S`, its own HOME, real git, real files):
+half-made virtualenvs, racing stale-lock takeovers, symlinks and FIFOs where the installer reads or writes,
+hostile git configuration, a full disk and a hanging command; plus the workstation rules beside it (gates,
+escaping, private prepared runs, drift while an install runs)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from narwhal_assets.core import display
+from narwhal_assets.core.discovery import drift
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.defs.installation.assets import INSTALLATION
+from narwhal_assets.defs.installation.status import record_statuses
+from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.host import installer
+from narwhal_assets.local.privatefiles import non_private
+from narwhal_assets.protocols.install import (
+    BOOTSTRAP,
+    DeploymentEntry,
+    Gate,
+    InstallReport,
+    install_stream,
+    installer_script,
+    parse_install_report,
+    terminal_safe,
+)
+from narwhal_assets.ssh.access import make_connector
+from narwhal_assets.ssh.trust import TrustMode
+from narwhal_assets.workflows.deployments import HostStatus, host_status
+from narwhal_assets.workflows.install import open_prepared_run
+
+DEPLOYMENT = "0123456789abcdef0123456789abcdef"
+OTHER = "fedcba9876543210fedcba9876543210"
+REMOTE_DIR = f"Narwhal-deploy/{DEPLOYMENT}"
+ROLE_FILE = b"export NARWHAL_ENGINE_PORT='8001'\n"
+INSTALLER = Path(installer.__file__)
+QUICK_S = 30  # a read that blocked (a FIFO) or a command that hung would take far longer
+
+
+def make_source(tmp_path: Path) -> tuple[str, bytes]:
+    """A one-commit repository (tracked files, an ignored runs/) as its revision and bundle (over 4 KiB)."""
+    repo = tmp_path / "repo"
+    (repo / "app").mkdir(parents=True)
+    (repo / "README").write_text("demo\n")
+    (repo / "app" / "main.py").write_text("print('served')\n")
+    (repo / "app" / "data.txt").write_text(os.urandom(4096).hex())
+    (repo / ".gitignore").write_text("runs/\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    revision = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([*git, "bundle", "create", "-q", str(tmp_path / "b.bundle"), "HEAD"], check=True)
+    return revision, (tmp_path / "b.bundle").read_bytes()
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> tuple[str, bytes]:
+    return make_source(tmp_path)
+
+
+class Host:
+    """A HOME directory the installer runs in, as the host's user would."""
+
+    def __init__(self, home: Path, revision: str, bundle: bytes, deployment: str = DEPLOYMENT) -> None:
+        self.home = home
+        self.top = home / "Narwhal-deploy"
+        self.base = self.top / deployment
+        self.checkout = self.base / "checkout"
+        self.payloads = {"source.bundle": bundle, ".env.engine-1": ROLE_FILE}
+        self.params: dict[str, Any] = {
+            "remote_dir": f"Narwhal-deploy/{deployment}", "revision": revision, "owner": "unit test",
+            "install_command": "true", "check_command": "test -n \"$VIRTUAL_ENV\"",
+            "files": [{"name": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+                       "install_to": None if name == "source.bundle" else "runs/deployment/.env.engine-1",
+                       "keep_if_present": False} for name, data in self.payloads.items()],
+        }  # fmt: skip
+
+    def call(self, action: str, send: list[str] | None = None, limit_file_size: int | None = None,
+             **extra: object) -> InstallReport:  # fmt: skip
+        params = {**self.params, "action": action, **({"send": send} if send is not None else {}), **extra}
+        payload = b"".join(self.payloads[name] for name in send or [])
+        env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+        def limits() -> None:
+            if limit_file_size is not None:  # writes past it fail with EFBIG, as a full disk fails with ENOSPC
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
+
+        done = subprocess.run(["sh", "-c", BOOTSTRAP], input=install_stream(installer_script(params), [payload]),
+                              capture_output=True, env=env, timeout=QUICK_S * 4, check=False,
+                              preexec_fn=limits)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return parse_install_report(done.stdout)
+
+    def status(self, **known: dict[str, Any]) -> dict[str, DeploymentEntry]:
+        report = self.call("status", remote_base="Narwhal-deploy", known=known)
+        assert report.outcome == "listed", report
+        return {d.name: d for d in report.deployments}
+
+    def known(self) -> dict[str, Any]:
+        return {self.base.name: {"revision": self.params["revision"], "files": self.params["files"]}}
+
+    def stage(self) -> InstallReport:
+        inspected = self.call("inspect")
+        return self.call("install", send=[n for n in self.payloads if inspected.files.get(n) != "present"])
+
+    def install(self) -> InstallReport:
+        report = self.stage()
+        assert report.outcome == "ready", report
+        return self.call("commit")
+
+
+@pytest.fixture
+def host(tmp_path: Path, source: tuple[str, bytes]) -> Host:
+    home = tmp_path / "home"
+    home.mkdir()
+    return Host(home, *source)
+
+
+@pytest.fixture(scope="module")
+def installed_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One complete installation (a virtualenv takes seconds), copied by the tests that damage it."""
+    tmp = tmp_path_factory.mktemp("installed")
+    repo_host = Host(tmp / "home", *make_source(tmp))
+    repo_host.home.mkdir()
+    assert repo_host.install().outcome == "installed"
+    return tmp
+
+
+@pytest.fixture
+def done(installed_tree: Path, tmp_path: Path) -> Host:
+    """A copy of the complete installation: what the checks look at does not depend on where it lies."""
+    shutil.copytree(installed_tree, tmp_path / "copy", symlinks=True)
+    revision = (tmp_path / "copy" / "home" / REMOTE_DIR / "installed").read_text().strip()
+    bundle = (tmp_path / "copy" / "home" / REMOTE_DIR / "source.bundle").read_bytes()
+    return Host(tmp_path / "copy" / "home", revision, bundle)
+
+
+def pip_importable(venv: Path) -> bool:
+    return subprocess.run([str(venv / "bin" / "python"), "-I", "-c", "import pip"], check=False).returncode == 0
+
+
+# --------------------------------------------------------------------------------------------- 1. venv
+
+
+def test_a_half_made_venv_is_rebuilt_and_never_marked(done: Host) -> None:
+    """Rule: a step's result is verified before it is trusted; the marker is written only over a complete
+    installation. Each way `python -m venv` can be cut short (killed, out of disk) is rebuilt by the rerun."""
+    venv = done.checkout / ".venv"
+    python = str(venv / "bin" / "python")
+    packages = next((venv / "lib").glob("python*/site-packages"))
+    damages = {
+        "no activate": lambda: (venv / "bin" / "activate").unlink(),
+        "no pip": lambda: shutil.rmtree(packages / "pip"),
+        "no pyvenv.cfg": lambda: (venv / "pyvenv.cfg").unlink(),
+    }
+    for what, damage in damages.items():
+        damage()
+        inspected = done.call("inspect")
+        assert inspected.outcome == "incomplete", what  # not `reused`: a rerun must repair it
+        assert done.stage().outcome == "ready", what
+        assert (venv / "bin" / "activate").is_file() and (venv / "pyvenv.cfg").is_file(), what
+        assert pip_importable(venv), what
+        assert done.call("commit").outcome == "installed", what
+    # a venv broken after a successful install report: commit refuses to mark it, status calls it tampered
+    (done.base / "installed").unlink()
+    (venv / "bin" / "activate").unlink()
+    refused = done.call("commit")
+    assert (refused.outcome, refused.gate) == ("failed", "venv")
+    assert refused.message == "checkout/.venv is incomplete (no bin/activate): run the install again"
+    assert not (done.base / "installed").exists()
+    assert os.path.exists(python)
+
+
+def test_a_venv_killed_mid_creation_is_not_reused(host: Host) -> None:
+    """The issue's case as it happens: a `.venv` whose bin/python exists but without pip or activate (what
+    `python -m venv` leaves when killed while it installs pip) is rebuilt, not trusted."""
+    assert host.call("install", send=list(host.payloads), check_command="false").gate == "check"
+    venv = host.checkout / ".venv"
+    shutil.rmtree(venv)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    for script in (venv / "bin").glob("activate*"):
+        script.unlink()
+    assert host.install().outcome == "installed"
+    assert (venv / "bin" / "activate").is_file() and pip_importable(venv)
+
+
+# --------------------------------------------------------------------------------------------- 3. lock
+
+RACER = """
+import json, os, sys, time
+sys.path.insert(0, "")
+namespace = {"__name__": "installer"}
+exec(compile(open(sys.argv[1]).read(), "installer", "exec"), namespace)
+one = namespace["Installer"]({"remote_dir": sys.argv[2], "owner": "racer %d" % os.getpid()})
+sys.stdin.readline()  # both racers start together
+try:
+    one.lock()
+except namespace["GateFailure"] as failure:
+    print(json.dumps({"held": False, "why": failure.message}))
+    sys.exit(0)
+lock = os.path.join(one.base, ".install-lock")
+try:
+    os.mkdir(os.path.join(one.base, "inside"))  # fails when the other racer holds it too
+    alone = True
+except FileExistsError:
+    alone = False
+time.sleep(0.02)
+still_mine = (namespace["_read_owner"](lock) or {}).get("pid") == os.getpid()
+if alone:
+    os.rmdir(os.path.join(one.base, "inside"))
+one.unlock()
+print(json.dumps({"held": True, "alone": alone, "still_mine": still_mine}))
+"""
+
+
+def stale_lock(base: Path) -> None:
+    """A lock whose owner (a process that ran and exited) is gone, as a killed host session leaves it."""
+    gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    (base / ".install-lock").mkdir(parents=True)
+    owner = {"pid": int(gone.stdout), "start": "1", "boot": boot, "since": "2026-01-01T00:00:00Z", "by": "dead"}
+    (base / ".install-lock" / "owner.json").write_text(json.dumps(owner))
+
+
+def test_two_installers_racing_for_a_stale_lock_never_both_hold_it(tmp_path: Path) -> None:
+    """Rule: at most one installer per deployment directory at any moment. 200 rounds of two processes
+    running the installer's own lock code at once against one stale lock: never two holders, and a lock
+    is never removed from under its holder by the other."""
+    home = tmp_path / "home"
+    base = home / REMOTE_DIR
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    holders = 0
+    for round_ in range(200):
+        stale_lock(base)
+        argv = [sys.executable, "-I", "-S", "-c", RACER, str(INSTALLER), REMOTE_DIR]
+        racers = [subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                  for _ in range(2)]  # fmt: skip
+        for racer in racers:
+            assert racer.stdin is not None
+            racer.stdin.write("go\n")
+            racer.stdin.flush()
+        results = [json.loads(racer.communicate(timeout=QUICK_S)[0]) for racer in racers]
+        held = [r for r in results if r["held"]]
+        assert held, f"round {round_}: nobody took over the stale lock: {results}"
+        assert all(r["alone"] and r["still_mine"] for r in held), f"round {round_}: {results}"
+        holders += len(held)
+        assert not (base / ".install-lock").exists(), f"round {round_}: the holder left its lock"
+        assert sorted(p.name for p in base.iterdir()) == [], f"round {round_}: leftovers"
+    assert holders >= 200
+
+
+def test_an_installer_removes_only_a_lock_whose_owner_record_is_its_own(host: Host) -> None:
+    """unlock() of an installer whose lock was replaced (taken over, or remade by hand) leaves it alone."""
+    code = (f"exec(compile(open({str(INSTALLER)!r}).read(), 'installer', 'exec'))\n"
+            f"one = Installer({{'remote_dir': {REMOTE_DIR!r}}})\none.lock()\n"
+            "open(one.path('.install-lock', 'owner.json'), 'w').write('{\"pid\": 1, \"by\": \"someone else\"}')\n"
+            "one.unlock()\n")  # fmt: skip
+    host.base.mkdir(parents=True)
+    subprocess.run([sys.executable, "-I", "-S", "-c", code], env={"HOME": str(host.home)}, check=True)
+    assert json.loads((host.base / ".install-lock" / "owner.json").read_text())["by"] == "someone else"
+
+
+# --------------------------------------------------------------------------------------------- 4. symlinks
+
+
+def test_a_symlinked_deploy_directory_stops_every_action_and_changes_nothing(done: Host, tmp_path: Path) -> None:
+    """Rule: every path is reached without following a symlink the installer did not make; a symlink where
+    a directory belongs stops the host at a named gate, on every action, and nothing is written."""
+    elsewhere = tmp_path / "elsewhere"
+    done.top.rename(elsewhere)
+    done.top.symlink_to(elsewhere)
+    before = sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*"))
+    for action, extra in [("inspect", {}), ("install", {"send": []}), ("commit", {}), ("activate", {}),
+                          ("status", {"remote_base": "Narwhal-deploy"}),
+                          ("prune", {"remote_base": "Narwhal-deploy", "remove": [DEPLOYMENT]})]:  # fmt: skip
+        report = done.call(action, **extra)  # type: ignore[arg-type]
+        assert (report.outcome, report.gate) == ("failed", "directory"), action
+        assert report.message == "Narwhal-deploy is a symlink (left as it is)", action
+        assert report.current is None, action
+    assert sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*")) == before
+
+
+def test_a_symlinked_checkout_is_never_reused_and_cleanup_never_follows_links(done: Host, tmp_path: Path) -> None:
+    real = tmp_path / "real-checkout"
+    done.checkout.rename(real)
+    done.checkout.symlink_to(real)
+    inspected = done.call("inspect")
+    assert (inspected.gate, inspected.message) == ("checkout", "checkout is a symlink (left as it is)")
+    assert done.call("activate").gate == "checkout"
+    assert done.status(**done.known())[DEPLOYMENT].check == "tampered"
+    done.checkout.unlink()
+    real.rename(done.checkout)
+
+    # stale-lock cleanup deletes the dead owner's `*.part-<pid>` files, never what a symlink leads to
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.part-4242").write_text("mine\n")
+    deployment = done.checkout / "runs" / "deployment"
+    shutil.rmtree(deployment)
+    deployment.symlink_to(victim)
+    stale_lock(done.base)
+    owner = json.loads((done.base / ".install-lock" / "owner.json").read_text())
+    (done.base / ".install-lock" / "owner.json").write_text(json.dumps({**owner, "pid": 4242, "start": ""}))
+    if Path("/proc/4242").exists():
+        pytest.skip("pid 4242 runs here")
+    report = done.call("install", send=[])
+    assert (report.gate, report.message) == ("place file", "checkout/runs/deployment is a symlink (left as it is)")
+    assert (victim / "keep.part-4242").read_text() == "mine\n"
+
+
+# --------------------------------------------------------------------------------------------- 5. FIFOs
+
+
+def test_a_fifo_where_a_host_file_is_read_never_blocks(done: Host) -> None:
+    """Rule: every host file is opened only after checking it is a regular file (non-blocking, no follow,
+    fstat), with a size bound: a FIFO answers at once at its gate."""
+    (done.base / ".install-lock").mkdir()
+    os.mkfifo(done.base / ".install-lock" / "owner.json")
+    began = time.monotonic()
+    report = done.call("install", send=[])
+    assert (report.gate, report.message) == ("lock", ".install-lock is held by an unknown owner (no readable "
+                                             "owner.json)")  # fmt: skip
+    assert done.status(**done.known())[DEPLOYMENT].state == "locked"
+    shutil.rmtree(done.base / ".install-lock")
+    (done.base / ".installed-files").unlink()
+    os.mkfifo(done.base / ".installed-files")
+    entry = done.status(**done.known())[DEPLOYMENT]
+    assert (entry.check, entry.problem) == ("tampered", ".installed-files is not a regular file (left as it is)")
+    (done.base / "installed").unlink()
+    os.mkfifo(done.base / "installed")
+    report = done.call("inspect")
+    assert (report.gate, report.message) == ("marker", "installed is not a regular file (left as it is)")
+    assert time.monotonic() - began < QUICK_S
+
+
+# --------------------------------------------------------------------------------------------- 7. git
+
+
+def test_an_index_flag_that_hides_a_change_is_a_tamper(done: Host) -> None:
+    """Rule: verification compares each tracked file's content with the revision's tree; assume-unchanged
+    and skip-worktree hide changes from `git status`, so either flag is itself a tamper."""
+    git = ["git", "-c", "safe.directory=*", "-C", str(done.checkout)]
+    for flag in ("--assume-unchanged", "--skip-worktree"):
+        subprocess.run([*git, "update-index", flag, "README"], check=True)
+        (done.checkout / "README").write_text("changed\n")
+        hidden = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                text=True, check=True)  # fmt: skip
+        assert hidden.stdout == "", "git itself no longer sees the change"
+        entry = done.status(**done.known())[DEPLOYMENT]
+        assert entry.check == "tampered", flag
+        assert entry.problem == ("checkout/README: marked assume-unchanged or skip-worktree in the index, which "
+                                 "hides changes (left as it is)")  # fmt: skip
+        assert done.call("inspect").gate == "checkout"
+        subprocess.run([*git, "update-index", flag.replace("--", "--no-"), "README"], check=True)
+        (done.checkout / "README").write_text("demo\n")
+    assert done.status(**done.known())[DEPLOYMENT].check == "intact"
+
+
+def test_git_on_the_host_runs_no_fsmonitor_and_no_hooks(host: Host) -> None:
+    """Rule: git runs with no system or global config, no hooks, no fsmonitor: read-only `status` runs no
+    program named in the checkout's .git/config, and clone runs no hook named in ~/.gitconfig."""
+    ran = host.home / "ran"
+    hook = host.home / "hooks" / "post-checkout"
+    hook.parent.mkdir()
+    hook.write_text(f"#!/bin/sh\necho hook >> {ran}\n")
+    hook.chmod(0o700)
+    (host.home / ".gitconfig").write_text(f"[core]\n\thooksPath = {hook.parent}\n")
+    assert host.install().outcome == "installed"
+    assert not ran.exists(), "a hook from ~/.gitconfig ran during clone"
+    monitor = host.home / "fsmonitor"
+    monitor.write_text(f"#!/bin/sh\necho fsmonitor >> {ran}\n")
+    monitor.chmod(0o700)
+    subprocess.run(["git", "-C", str(host.checkout), "config", "core.fsmonitor", str(monitor)], check=True)
+    assert host.status(**host.known())[DEPLOYMENT].check == "intact"
+    assert host.call("inspect").outcome == "reused"
+    assert not ran.exists(), "core.fsmonitor from .git/config ran during a read-only action"
+
+
+# --------------------------------------------------------------------------------------------- 12. small ones
+
+
+def test_a_full_disk_names_the_file_being_written(host: Host) -> None:
+    """A write that fails without a file name (ENOSPC, EFBIG) names the file it was writing."""
+    report = host.call("install", send=["source.bundle"], limit_file_size=4096)
+    assert (report.gate, report.message) == ("io", "source.bundle: File too large")
+
+
+def test_a_hanging_install_command_fails_at_gate_install(done: Host) -> None:
+    """A command that does not finish within the action's budget is stopped with everything it started and
+    fails its own gate with its output, before the workstation's command timeout drops the connection."""
+    began = time.monotonic()
+    report = done.call("install", send=[], install_command="echo started; sleep 600 & sleep 600", budget_s=8)
+    assert (report.outcome, report.gate) == ("failed", "install")
+    assert re.fullmatch(r"/bin/sh -c echo started; sleep 600 & sleep 600 did not finish within \d s \(stopped it\)",
+                        report.message or "")  # fmt: skip
+    assert report.steps[-1].output.startswith("started\n")
+    assert time.monotonic() - began < QUICK_S * 2
+    assert not (done.base / ".install-lock").exists()
+
+
+# --------------------------------------------------------------------------------------------- gates, escaping
+
+
+def _installer_gates() -> set[str]:
+    """Every gate string installer.py can raise: the argument bound to a parameter named `gate` (of
+    GateFailure or any function of the installer), a `gate=` keyword, and the tuple a `gate` loop runs over."""
+    tree = ast.parse(INSTALLER.read_text())
+    params = {node.name: [a.arg for a in node.args.args if a.arg != "self"]
+              for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}  # fmt: skip
+    params["GateFailure"] = ["gate", "message"]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            names = params.get(name, [])
+            for index, arg in enumerate(node.args):
+                if index < len(names) and names[index] == "gate" and isinstance(arg, ast.Constant):
+                    found.add(arg.value)
+            found |= {k.value.value for k in node.keywords
+                      if k.arg == "gate" and isinstance(k.value, ast.Constant)}  # fmt: skip
+        if isinstance(node, ast.For) and getattr(node.target, "id", "") == "gate" and isinstance(node.iter, ast.Tuple):
+            found |= {e.value for e in node.iter.elts if isinstance(e, ast.Constant)}
+    return found
+
+
+def test_every_gate_the_installer_can_raise_is_a_member_of_gate() -> None:
+    gates = _installer_gates()
+    assert {"lock", "verify file", "install", "check", "io", "interrupted", "directory"} <= gates
+    assert gates <= {g.value for g in Gate}, gates - {g.value for g in Gate}
+    raw = {"schema": "narwhal.install-report", "schema_version": 1, "action": "inspect", "outcome": "failed",
+           "gate": "made up", "message": "x"}  # fmt: skip
+    with pytest.raises(Exception, match="not an install report"):
+        parse_install_report(json.dumps(raw).encode())
+
+
+def test_terminal_escaping_has_one_implementation() -> None:
+    """core.display.printable escapes and bounds host text; the report models and drift use it."""
+    assert drift.printable is display.printable
+    hostile = "\x1b]0;pwned\x07\u202e" + "x" * 5000
+    assert terminal_safe(hostile) == display.printable(hostile, 4096)
+    assert drift.compare_host.__globals__["printable"] is display.printable
+    raw = {"schema": "narwhal.install-report", "schema_version": 1, "action": "inspect", "outcome": "failed",
+           "gate": "lock", "message": "held \u202eby\u00a0x"}  # fmt: skip
+    assert parse_install_report(json.dumps(raw).encode()).message == display.printable(raw["message"], 4096)
+
+
+# --------------------------------------------------------------------------------------------- 9. prepared run
+
+
+def test_a_prepared_run_others_can_write_or_do_not_own_is_refused_before_any_contact(tmp_path: Path) -> None:
+    """Rule: one privacy rule (owned by the operator, no group or other bit) for every private tree; a
+    prepared run that breaks it is refused as bad input, naming each path, before its manifest is read."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    run = tmp_path / "run"
+    (run / "node-1").mkdir(parents=True)
+    (run / "revision").write_text("a" * 40)
+    (run / "node-1" / ".env.engine-1").write_text("x")
+    os.chmod(run, 0o777)
+    os.chmod(run / "node-1", 0o700)
+    os.chmod(run / "revision", 0o666)
+    os.chmod(run / "node-1" / ".env.engine-1", 0o600)
+    os.chown(run / "node-1" / ".env.engine-1", 4321, 4321)
+    settings, inventory = Settings.load(tmp_path), Inventory(hosts=[])
+    with pytest.raises(InputError) as refused:
+        open_prepared_run(settings, inventory, run)
+    assert refused.value.problems == [
+        f"{run}: mode 0777, expected 0700; prepare a new run",
+        f"{run / 'revision'}: mode 0666, expected 0600; prepare a new run",
+        f"{run / 'node-1' / '.env.engine-1'}: owned by uid 4321, not by this user (uid {os.getuid()}); "
+        "prepare a new run",
+    ]
+    assert non_private([run]) == [p.removesuffix("; prepare a new run") for p in refused.value.problems]
+
+
+# --------------------------------------------------------------------------------------------- 6. drift
+
+
+def test_status_overlapping_a_commit_is_not_drift(tmp_path: Path) -> None:
+    """Rule: drift means `current` moved outside the tool. A host seen with an install in progress, or one
+    whose install was recorded after status began reading it, is not drifting."""
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(HOSTS_PARTITIONS_NAME, ["node-1", "node-2", "node-3"])
+
+        def installed(host_id: str, deployment: str) -> None:
+            instance.report_runless_asset_event(dg.AssetMaterialization(
+                asset_key=INSTALLATION, partition=host_id, metadata={"deployment_id": deployment,
+                                                                      "revision": "r" + deployment[:3]}))  # fmt: skip
+
+        def seen(host_id: str, current: str, state: str = "installed") -> HostStatus:
+            return HostStatus(host_id, ["engine"], current=current, deployments=[
+                DeploymentEntry(name=current, state="installed", revision="r" + current[:3], check="intact"),
+                DeploymentEntry(name=OTHER if current == DEPLOYMENT else DEPLOYMENT, state=state)])  # fmt: skip
+
+        for host_id in ("node-1", "node-2", "node-3"):
+            installed(host_id, DEPLOYMENT)
+        reads = [seen("node-1", DEPLOYMENT), seen("node-2", DEPLOYMENT, state="locked"), seen("node-3", OTHER)]
+        installed("node-1", OTHER)  # an install committed while status was reading node-1: current moved since
+        installed("node-2", OTHER)
+        drifted, evaluation = record_statuses(instance, reads)
+        assert drifted == ["node-3"], "only node-3's current moved outside the tool"
+        assert not evaluation.passed
+        drifted, _ = record_statuses(instance, [seen("node-1", OTHER), seen("node-2", DEPLOYMENT)])
+        assert drifted == ["node-2", "node-3"]
+
+
+# --------------------------------------------------------------------------------------------- 12. status lines
+
+
+def test_status_names_an_unreachable_host_once(tmp_path: Path) -> None:
+    """`status` problem lines are `host <id>: <why>`: the connection's message already names the host, so
+    the line must not say it twice (it said `host node-4: host node-4 (...): ...`)."""
+    (tmp_path / ".env").write_text("NARWHAL_ENGINE_1_SSH=t@gpu-box.invalid\n")  # .invalid never resolves
+    settings = Settings.load(tmp_path)
+    entry = HostEntry(id="node-4", ssh_env="NARWHAL_ENGINE_1_SSH", roles=["engine-1"])
+    found = host_status(make_connector(settings, TrustMode.STRICT, 5, 5), settings, entry, [])
+    assert found.error == "(gpu-box.invalid:22): cannot connect: name or service not known"
+    assert found.problems() == [f"host node-4: {found.error}"]
