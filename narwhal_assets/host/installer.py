@@ -263,9 +263,9 @@ class Installer:
             return
         temp = self.path(f"{CHECKOUT}.part-{os.getpid()}")
         self.temps.append(temp)
-        env = _git_env()
-        self.run(["git", *GIT_OPTIONS, "clone", "--quiet", "--no-checkout", "--", self.path(BUNDLE), temp], "checkout",
-                 self.base, env)  # fmt: skip
+        env = _git_env()  # no global config (its hooksPath, templateDir); --no-checkout runs no hook
+        clone = ["git", "clone", "--quiet", "--no-checkout", "--", self.path(BUNDLE), temp]
+        self.run(clone, "checkout", self.base, env)
         self.run(["git", "-C", temp, *GIT_OPTIONS, "checkout", "--quiet", "--detach", self.revision], "checkout",
                  self.base, env)  # fmt: skip
         os.rename(temp, checkout)

@@ -185,6 +185,8 @@ class _TerminateOnSignals:
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers; a caller's thread keeps its process's own
         for signum in (signal.SIGINT, signal.SIGTERM):
             self.previous[signum] = signal.signal(signum, self._handle)
 

@@ -94,8 +94,10 @@ def test_install_commit_then_reuse_receives_nothing(host: Host) -> None:
     assert oct((host.base / "checkout" / "runs" / "deployment").stat().st_mode & 0o777) == "0o700"
     again = host.call("inspect")
     assert (again.outcome, again.bytes_received, again.files_verified) == ("reused", 0, 3)
+    # reuse runs read-only git only: HEAD, the revision's tree and the index (content is hashed by the installer)
     assert [step.argv[-3:] for step in again.steps] == [["rev-parse", "--verify", "HEAD"],
-                                                        ["status", "--porcelain", "--untracked-files=no"]]  # fmt: skip
+                                                        ["-z", "--full-tree", host.params["revision"]],
+                                                        ["-s", "-v", "-z"]]  # fmt: skip
 
 
 def proc_stat(pid: int) -> list[str]:
