@@ -58,7 +58,7 @@ echo "== deploy-hosts prepare"
 echo "NARWHAL_DEPLOYMENT_REVISION=$(git -C "$checkout" rev-parse HEAD)" >> "$checkout/.env"
 run="$checkout/runs/deployment-env/demo-$(date -u +%Y%m%dT%H%M%SZ)"
 "$deploy" --root "$checkout" prepare --out "$run"
-echo "== deploy-hosts install"
+echo "== deploy-hosts install (stage every host, then activate them together, under the fleet lock)"
 "$deploy" --root "$checkout" install --run "$run"
 echo "== deploy-hosts install (again: everything verified and reused, nothing sent)"
 "$deploy" --root "$checkout" install --run "$run"
@@ -80,6 +80,7 @@ Try (each works as printed, from any directory):
   $deploy --root $checkout status --json
   $deploy --root $checkout shell --current --role router                 # the router's role shell
   $deploy --root $checkout shell --role engine-2                          # a shell on the password host
-  cd $repo && NARWHAL_ROOT=$checkout DAGSTER_HOME=$DAGSTER_HOME .venv/bin/dagster dev -w workspace.yaml   # the UI
+  $deploy --root $checkout lock                                           # who holds the fleet deploy lock
+  DAGSTER_HOME=$DAGSTER_HOME $deploy --root $checkout ui                  # the UI on 127.0.0.1:3000, Ctrl-C stops it
 Stop the simulated fleet with: bash $repo/scripts/demo.sh stop
 MSG

@@ -57,8 +57,9 @@ def run_fleet(args: argparse.Namespace, mode: Mode, command: str) -> int:
     from narwhal_assets.defs.installation.fleet import OP, RolloutFailed
     from narwhal_assets.defs.names import DEPLOYMENT_TAG, FLEET_INSTALL_JOB, REVISION_TAG
     from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.runtime.instance_storage import close_databases
     from narwhal_assets.runtime.runner import run_job
-    from narwhal_assets.workflows.install import open_prepared_run
+    from narwhal_assets.workflows.install import open_prepared_run, stale_settings
     from narwhal_assets.workflows.rollout import tracking
 
     problems = []
@@ -71,6 +72,13 @@ def run_fleet(args: argparse.Namespace, mode: Mode, command: str) -> int:
     checkout = Checkout.open(args.root)
     entries = checkout.select(args.host or (), args.role or ())
     prepared = open_prepared_run(checkout.settings, checkout.inventory, args.run)
+    stale = stale_settings(checkout.settings, prepared) if mode == "install" else []
+    if stale:
+        said = (f"--run {prepared.run_dir}: prepared before {', '.join(stale)} changed; the hosts would get the "
+                "prepared values: run deploy-hosts prepare for a new run")  # fmt: skip
+        if args.strict:
+            raise InputError([said])
+        print(f"deploy-hosts {command}: warning: {said} (--strict refuses)", file=sys.stderr)
     instance_with_hosts(args.root, checkout.inventory.host_ids())
     manifest = prepared.manifest
     print(f"{command} {prepared.run_dir} revision {manifest.revision} as {manifest.deployment_id} "
@@ -82,9 +90,12 @@ def run_fleet(args: argparse.Namespace, mode: Mode, command: str) -> int:
               "message": args.message or "", "progress": key}  # fmt: skip
     tags = {REVISION_TAG: manifest.revision, DEPLOYMENT_TAG: manifest.deployment_id}
     with tracking(key) as progress:
-        with suppress(RolloutFailed):  # every host's line follows
-            run_job(args.root, FLEET_INSTALL_JOB, command, run_config={"ops": {OP: {"config": config}}}, tags=tags,
-                    interrupted=progress.lines)  # fmt: skip
+        try:
+            with suppress(RolloutFailed):  # every host's line follows
+                run_job(args.root, FLEET_INSTALL_JOB, command, run_config={"ops": {OP: {"config": config}}},
+                        tags=tags, interrupted=progress.lines)  # fmt: skip
+        finally:
+            close_databases()  # checkpointed now, not at exit: a caller may go on in this process
         report(command, prepared.run_dir, entries, progress)
     return 0 if len(progress.outcomes) == len(entries) and all(o.ok for o in progress.outcomes) else EXIT_FAILED
 
@@ -119,6 +130,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("install", help="install a prepared run on the selected hosts: stage all, then activate",
                             description=__doc__)  # fmt: skip
     add_run_arguments(parser)
+    parser.add_argument("--strict", action="store_true", help="refuse a run prepared before a setting it "
+                        "exports changed (default: warn, naming the settings)")  # fmt: skip
     parser.set_defaults(func=install)
     rb = sub.add_parser("rollback", help="make a previously installed prepared run current again (nothing sent)",
                         description=__doc__)  # fmt: skip

@@ -73,6 +73,7 @@ OUTPUT_LIMIT = 64 * 1024
 MARKER_LIMIT = 256
 FILE_SET = ".installed-files"
 CURRENT = "current"
+FLEET_LOCK = ".fleet-lock"  # the fleet deploy lock and its guard (fleet_lock.py), on the first host: not listed
 ENTRY_LIMIT = 256
 COMMAND_TIMEOUT_S = 3600.0
 GIT_TIMEOUT_S = 600.0
@@ -558,7 +559,7 @@ class Installer:
                 if count >= ENTRY_LIMIT:
                     self.detail["truncated"] = True
                     break
-                if entry.name != CURRENT:
+                if entry.name != CURRENT and not entry.name.startswith(FLEET_LOCK):
                     self.detail["deployments"].append(self.describe(entry.name, known.get(entry.name)))
         self.detail["deployments"].sort(key=lambda d: d["name"])
         return "listed"

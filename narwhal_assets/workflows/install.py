@@ -25,10 +25,14 @@ from narwhal_assets.core.deployment.manifest_check import (
     remote_name,
     verify_manifest,
 )
+from narwhal_assets.core.deployment.role_env import RoleSources
+from narwhal_assets.core.deployment.staleness import changed_settings
 from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.inputs.envfile import parse_env_text
 from narwhal_assets.core.inputs.inventory import Inventory
 from narwhal_assets.core.inputs.settings import Settings
-from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir
+from narwhal_assets.local.checkout import missing_run_problem
+from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir, non_private
 from narwhal_assets.protocols.install import (
     BOOTSTRAP,
     InstallFile,
@@ -102,6 +106,7 @@ class HostOutcome:
     current_after: str | None = None
     activation: Activation = "not activated"
     why: str = ""
+    mode: Mode = "install"
 
     @property
     def ok(self) -> bool:
@@ -124,6 +129,8 @@ class HostOutcome:
         if self.activation == "not activated":
             return f"staged, not activated ({self.why or 'not asked to'}; {sent})"
         was = f" (was {self.current_before or 'none'})" if self.activation == "activated" else ""
+        if self.mode == "activate":  # a rollback: staging only verified what was there
+            return f"{self.activation}{was} (verified, {self.seconds:.2f} s)"
         return f"{self.outcome}, {self.activation}{was} ({sent})"
 
 
@@ -141,15 +148,23 @@ def open_prepared_run(settings: Settings, inventory: Inventory, run_dir: Path) -
     """Load and verify `<run>/manifest.json` against the current inventory, `.env`, trust store and files."""
     run_dir = run_dir.resolve()
     if not run_dir.is_dir():
-        raise InputError([f"{run_dir}: not a prepared run directory (--run)"])
-    from narwhal_assets.local.privatefiles import non_private
-
+        raise InputError([missing_run_problem(settings, run_dir)])
     loose = non_private([run_dir])  # another user could have edited what would be installed
     if loose:
         raise InputError([f"{line}; prepare a new run" for line in loose])
     manifest = load_manifest(run_dir)
     verify_manifest(run_dir, manifest, inventory, current_access(settings, inventory))
     return PreparedRun(run_dir, manifest)
+
+
+def stale_settings(settings: Settings, run: PreparedRun) -> list[str]:
+    """The settings changed since `run` was prepared (names only): installing it ships their old values."""
+    if run.manifest.sources is None:
+        return []
+    sources = RoleSources.model_validate_json((run.run_dir / run.manifest.sources.path).read_bytes())
+    files = {role.file: parse_env_text((run.run_dir / role.file).read_text(encoding="utf-8"), role.file)
+             for role in sources.roles.values()}  # fmt: skip
+    return changed_settings(sources, files, settings)
 
 
 def current_access(settings: Settings, inventory: Inventory) -> dict[str, CurrentAccess]:
@@ -224,7 +239,8 @@ def stage_host(connection: HostConnection, run: PreparedRun, commands: InstallCo
     complete and untampered there. Stops at the first failing gate."""
     began = time.monotonic()
     host = run.manifest.host(connection.host_id)
-    outcome = HostOutcome(host.id, remote_dir=run.manifest.remote_dir, deployment_id=run.manifest.deployment_id)
+    outcome = HostOutcome(host.id, remote_dir=run.manifest.remote_dir, deployment_id=run.manifest.deployment_id,
+                          mode=mode)  # fmt: skip
     params = installer_params(run, host.id, commands if mode == "install" else None)
     log = HostLog(run.log_path(host.id))
     try:

@@ -165,7 +165,7 @@ def test_status_rollback_and_prune_across_two_runs(
     tampered = home(fleet, "node-2") / id_a / "checkout" / "runs" / "deployment" / ".env.engine-2"
     original = tampered.read_bytes()
     tampered.write_bytes(b"export TAMPERED=1\n")
-    rc, out, err = cli(discovered, "rollback", "--run", str(run_a), capsys=capsys)
+    rc, out, err = cli(discovered, "rollback", "--run", str(run_a), "--activate", "each", capsys=capsys)
     assert rc == 1, out + err
     assert outcomes(out) == {"node-1": "activated", "node-2": "failed", "node-3": "activated"}
     assert "deploy-hosts rollback: host node-2 failed at gate 'verify file'" in err and ".env.engine-2" in err

@@ -7,13 +7,29 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import dagster as dg
 import pytest
 from fleetsim import SimFleet
 from helpers.deploy_hosts import cli
-from helpers.install import NAMES, OFFLINE_CHECK, as_host_user, install, manifest_of, remote_dir
+from helpers.faults import gone
+from helpers.install import (
+    NAMES,
+    OFFLINE_CHECK,
+    SLOW_FLAG,
+    STARTED_FLAG,
+    as_host_user,
+    install,
+    manifest_of,
+    remote_dir,
+)
+from helpers.polling import wait_for
 
 pytestmark = pytest.mark.fleet
 FAIL_FLAG = "fail-check"
@@ -109,12 +125,18 @@ def test_rollback_then_install_says_current_moves_back(
     assert install(root, newer, capsys)[0] == 0
     rc, out, err = cli(root, "rollback", "--run", str(prepared), capsys=capsys)
     assert rc == 0, out + err
-    assert all(line(out, h) .startswith(f"reused, activated (was {second})") for h in NAMES)
+    assert all(line(out, h).startswith(f"activated (was {second})") for h in NAMES), out
     rc, out, err = install(root, newer, capsys)
     assert rc == 0, out + err
     assert all(line(out, h).startswith(f"reused, activated (was {first})") for h in NAMES), out
     rc, out, _ = install(root, newer, capsys)
     assert all(line(out, h).startswith("reused, already current") for h in NAMES), out
+    with dg.DagsterInstance.get() as instance:  # the fleet table on the asset's latest unpartitioned observation
+        records = instance.fetch_observations(dg.AssetKey("host_installation"), limit=10).records
+    table = next(r.asset_observation for r in records if r.asset_observation and r.asset_observation.partition is None)
+    rows = {row.data["host"]: row.data for row in table.metadata["fleet"].value.records}
+    assert set(rows) == set(NAMES) and all(r["current"] == second[:12] and r["state"] == "already current"
+                                           for r in rows.values()), rows  # fmt: skip
 
 
 def test_a_held_fleet_lock_refuses_naming_its_holder_and_a_stale_one_is_taken_over(
@@ -144,3 +166,60 @@ def test_a_held_fleet_lock_refuses_naming_its_holder_and_a_stale_one_is_taken_ov
     assert "took over the stale fleet lock of bob@bobs-laptop" in out
     rc, out, _ = cli(root, "lock", capsys=capsys)
     assert "is free" in out, "the deploy released the lock it took over"
+
+
+def test_a_second_install_from_another_checkout_is_refused_and_a_killed_one_stays_killed_until_rerun(
+    root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The fleet lock holds across checkouts; SIGKILL of the holder stops everything it started (no worker
+    lives on to activate), and its rerun on the same workstation takes the dead holder's lock over at once."""
+    deployment = manifest_of(prepared).deployment_id
+    other = tmp_path / "other-checkout"
+    shutil.copytree(root, other, symlinks=True)
+    home = fleet.host("h2").home
+    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
+    flag.touch()
+    first = subprocess.Popen([sys.executable, "-m", "narwhal_assets", "--root", str(root), "install", "--run",
+                              str(prepared), "--message", "first deploy"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    try:
+        wait_for(started.exists, "the slow install to start on h2")
+        rc, out, err = install(other, prepared, capsys)
+        assert rc == 1, out + err
+        assert "another deploy holds the fleet lock (on host node-1)" in err and '"first deploy"' in err
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        flag.unlink(missing_ok=True)
+        started.unlink(missing_ok=True)
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+    assert gone(fleet, "h2", "sleep 60") == [], "the killed command's install went on on the host"
+    assert not (remote_dir(fleet, "node-2", prepared) / "installed").exists()
+    assert current(fleet, "node-2") != deployment
+
+    rc, out, err = install(root, prepared, capsys)
+    assert rc == 0, out + err
+    assert "took over the stale fleet lock of" in out
+    assert {h: current(fleet, h) for h in NAMES} == dict.fromkeys(NAMES, deployment), "one deployment everywhere"
+
+
+def test_a_run_prepared_before_a_setting_changed_warns_naming_it_and_strict_refuses(
+    root: Path, prepared: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = root / ".env"
+    original = env.read_bytes()
+    try:
+        with env.open("a", encoding="utf-8") as handle:
+            handle.write("NARWHAL_ENGINE_MODEL_NAME=another-model\n")
+        rc, out, err = install(root, prepared, capsys, "--strict")
+        assert rc == 2 and "prepared before NARWHAL_ENGINE_MODEL_NAME changed" in err, out + err
+        assert "another-model" not in out + err, "names, never values"
+        rc, out, err = install(root, prepared, capsys)
+        assert rc == 0, out + err
+        assert "warning:" in err and "NARWHAL_ENGINE_MODEL_NAME" in err
+    finally:
+        env.write_bytes(original)
+    rc, out, err = install(root, prepared, capsys)
+    assert rc == 0 and "warning" not in err, err

@@ -11,6 +11,7 @@ A UI backfill of `host_installation` still runs `install_job`, one host per run.
 
 
 import getpass
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -19,6 +20,7 @@ import dagster as dg
 from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent
 
 from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.defs.installation.assets import INSTALLATION, outcome_metadata
 from narwhal_assets.defs.installation.checks import evaluate_installed
 from narwhal_assets.defs.names import COMMAND_TAG, FLEET_INSTALL_JOB
@@ -26,7 +28,7 @@ from narwhal_assets.defs.partitions import host_partitions
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
 from narwhal_assets.ssh.trust import TrustMode
 from narwhal_assets.workflows.fleet_lock import FleetLock, LockRequest
-from narwhal_assets.workflows.install import InstallCommands, open_prepared_run
+from narwhal_assets.workflows.install import HostOutcome, InstallCommands, PreparedRun, open_prepared_run
 from narwhal_assets.workflows.rollout import DEFAULT_PARALLEL, RolloutPlan, rollout, tracked
 
 OP = "fleet_install"
@@ -73,16 +75,40 @@ def fleet_install(
     who = f"{command} by {getpass.getuser()}"
     for outcome in outcomes:
         metadata = outcome_metadata(run, outcome, config.mode, who)
+        said = f"{command}: {outcome.describe()}"  # tells an install, an activation and a status apart
         if outcome.current:
-            yield dg.AssetMaterialization(INSTALLATION, partition=outcome.host_id, metadata=metadata)
+            yield dg.AssetMaterialization(INSTALLATION, partition=outcome.host_id, description=said, metadata=metadata)
         else:
-            yield dg.AssetObservation(INSTALLATION, partition=outcome.host_id, metadata=metadata)
+            yield dg.AssetObservation(INSTALLATION, partition=outcome.host_id, description=said, metadata=metadata)
+    yield dg.AssetObservation(INSTALLATION, description=f"fleet after {command} of {run.manifest.deployment_id}",
+                              metadata={"fleet": fleet_table(run, entries, outcomes, command)})  # fmt: skip
     context.log_event(evaluate_installed(context.instance))
     failed = [o.host_id for o in outcomes if not o.ok]
     untouched = [e.id for e in entries if e.id not in {o.host_id for o in outcomes}]
     if failed:
         raise RolloutFailed(f"{len(failed)} of {len(entries)} hosts failed ({', '.join(failed)})"
                             + (f"; not contacted: {', '.join(untouched)}" if untouched else ""))  # fmt: skip
+
+
+FLEET_COLUMNS = ["host", "roles", "current", "revision", "state", "last_action", "when"]
+
+
+def fleet_table(
+    run: PreparedRun, entries: list[HostEntry], outcomes: list[HostOutcome], command: str
+) -> dg.TableMetadataValue:
+    """What runs where after this command, one short row per host (readable at 1280 px: 12-character ids)."""
+    done = {o.host_id: o for o in outcomes}
+    when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime())
+    rows = []
+    for entry in entries:
+        outcome = done.get(entry.id)
+        now = (outcome.current_after or outcome.current_before) if outcome else None
+        revision = run.manifest.revision[:12] if outcome is not None and outcome.current else "?"
+        state = outcome.activation if outcome and outcome.staged else (f"failed: {outcome.gate}" if outcome
+                                                                       else "not contacted")  # fmt: skip
+        rows.append(dg.TableRecord({"host": entry.id, "roles": ",".join(entry.roles), "current": (now or "none")[:12],
+                                    "revision": revision, "state": state, "last_action": command, "when": when}))
+    return dg.MetadataValue.table(rows, schema=dg.TableSchema(columns=[dg.TableColumn(c) for c in FLEET_COLUMNS]))
 
 
 def _plan_materializations(context: dg.OpExecutionContext, host_ids: list[str]) -> None:

@@ -48,7 +48,8 @@ def status_observation(status: HostStatus) -> dg.AssetObservation:
         READ_STARTED_KEY: dg.MetadataValue.timestamp(status.read_started_at),
         IN_PROGRESS_KEY: any(d.state == "locked" for d in status.deployments),
     }
-    return dg.AssetObservation(asset_key=INSTALLATION, partition=status.host_id, metadata=metadata)
+    said = f"status: current {status.current or 'none'}" + (f" ({live.state}, {live.check})" if live else "")
+    return dg.AssetObservation(asset_key=INSTALLATION, partition=status.host_id, description=said, metadata=metadata)
 
 
 def _live(instance: dg.DagsterInstance, host_id: str) -> Recorded | None:
