@@ -8,7 +8,7 @@ the holder knows, and the host-clock time of the last refresh). Actions:
   running, report the holder and fail; if the lease ran out, or the workstation says the holder's process
   is gone (`holder_gone`: a killed deploy on that same workstation), take it over: rename the stale lock
   away, `mkdir` a fresh one, and report whose lock was broken.
-Every change (acquire, refresh, release) happens under an exclusive `flock` of `.fleet-lock.guard`, so
+Every change (acquire, refresh, release) happens under an exclusive `flock` of `~/.narwhal-fleet-lock.guard`, so
 judging a lock stale and replacing it is one step: two takers of one stale lock cannot both win (one
 would otherwise remove the lock the other had just made). The kernel drops a `flock` when its process
 dies, so the guard itself can never go stale.
@@ -34,7 +34,8 @@ import time
 REPORT_SCHEMA = "narwhal.fleet-lock-report"
 LOCK = ".fleet-lock"
 OWNER = "owner.json"
-GUARD = ".fleet-lock.guard"
+# In the home directory, so the deployment directory holds nothing but deployments, `current` and the lock.
+GUARD = ".narwhal-fleet-lock.guard"
 OWNER_LIMIT = 16 * 1024
 ACTIONS = ("acquire", "refresh", "release", "show")
 
@@ -53,7 +54,7 @@ class FleetLock:
 
     @contextlib.contextmanager
     def guard(self):  # an Iterator; hosts run Python 3.8 without importing typing
-        fd = os.open(os.path.join(self.top, GUARD), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+        fd = os.open(os.path.join(self.home, GUARD), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise LockFailure(f"{GUARD} is not a regular file (left as it is)")

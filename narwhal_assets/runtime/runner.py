@@ -34,7 +34,7 @@ DAGSTER_HOME_DEFAULT = "runs/dagster"
 # Dagster's `storage: custom:` takes its directory from its config alone, so the instance's own directory is
 # written in (quoted as JSON, which YAML reads): `{env: DAGSTER_HOME}` would follow whichever DAGSTER_HOME a
 # process has, even one opening this instance by its path.
-INSTANCE_YAML = """\
+_STORAGE = """\
 # Embedded SQLite storage in this directory, connections kept open per process (instance_storage.py);
 # README.md shows the PostgreSQL settings for teams. Written by deploy-hosts, which rewrites it if the
 # directory moves; edit it and it is left as it is.
@@ -44,21 +44,30 @@ storage:
     class: PooledSqliteStorage
     config:
       base_dir: {base_dir}
+"""
+# No per-step stdout/stderr capture: the ops log through Dagster's event log, and capture started a `tail` and a
+# Python watcher process per step (CPU per run, and a Ctrl-C to the command's process group made the watcher
+# print a KeyboardInterrupt traceback).
+_COMPUTE_LOGS = """\
+compute_logs:
+  module: dagster._core.storage.noop_compute_log_manager
+  class: NoOpComputeLogManager
+"""
+_TELEMETRY = """\
 telemetry:
   enabled: false
 """
+INSTANCE_YAML = _STORAGE + _COMPUTE_LOGS + _TELEMETRY
 # What earlier versions wrote; an instance still holding it exactly is switched to INSTANCE_YAML.
 PREVIOUS_INSTANCE_YAML = """\
 # Embedded SQLite storage in this directory; README.md shows the PostgreSQL settings for teams.
 telemetry:
   enabled: false
 """
-# Earlier layouts named the storage module by its old path; such a file is ours too, and is rewritten.
+# Earlier versions wrote these too (the storage module by its old path, no compute_logs): ours, rewritten.
 _STORAGE_MODULES = ("narwhal_assets.runtime.instance_storage", "narwhal_assets.instance_storage")
-_GENERATED = [
-    re.compile(re.escape(INSTANCE_YAML.replace(_STORAGE_MODULES[0], name)).replace(re.escape("{base_dir}"), '"[^\n]*"'))
-    for name in _STORAGE_MODULES
-]
+_TEMPLATES = [INSTANCE_YAML, *((_STORAGE + _TELEMETRY).replace(_STORAGE_MODULES[0], name) for name in _STORAGE_MODULES)]
+_GENERATED = [re.compile(re.escape(text).replace(re.escape("{base_dir}"), '"[^\n]*"')) for text in _TEMPLATES]
 
 
 def instance_yaml(home: Path) -> str:

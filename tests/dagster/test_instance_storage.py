@@ -4,6 +4,7 @@ opens connections of its own. Real instances on disk, real SQLite."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -98,6 +99,22 @@ def test_an_instance_written_by_an_earlier_version_or_for_another_directory_is_s
     assert config.read_text() == edited
 
 
+# dagster.yaml exactly as the version before the layout move wrote it
+LANDED_BEFORE_THE_MOVE = """\
+# Embedded SQLite storage in this directory, connections kept open per process (instance_storage.py);
+# README.md shows the PostgreSQL settings for teams. Written by deploy-hosts, which rewrites it if the
+# directory moves; edit it and it is left as it is.
+storage:
+  custom:
+    module: narwhal_assets.instance_storage
+    class: PooledSqliteStorage
+    config:
+      base_dir: {base_dir}
+telemetry:
+  enabled: false
+"""
+
+
 def test_an_instance_written_before_the_layout_move_opens_and_keeps_its_history(root: Path) -> None:
     """Its dagster.yaml names the storage module by its old path (`narwhal_assets.instance_storage`)."""
     home = Path(os.environ["DAGSTER_HOME"])
@@ -105,9 +122,7 @@ def test_an_instance_written_before_the_layout_move_opens_and_keeps_its_history(
     run_id = JOB.execute_in_process(instance=instance).run_id
     instance.dispose()
     config = home / "dagster.yaml"
-    old = instance_yaml(home).replace("narwhal_assets.runtime.instance_storage", "narwhal_assets.instance_storage")
-    assert old != instance_yaml(home)
-    config.write_text(old)
+    config.write_text(LANDED_BEFORE_THE_MOVE.format(base_dir=json.dumps(str(home.resolve()))))
 
     reopened = operator_instance(root)
     assert config.read_text() == instance_yaml(home)

@@ -102,26 +102,17 @@ def current_shell(root: Path, role: str, command: str) -> subprocess.CompletedPr
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
 
 
-def slow_status_hook(fleet: SimFleet, host_id: str, run: Path) -> Path:
-    """Make `git status` in that deployment's checkout on the host hang while the deployment's lock is held
-    (only `activate` holds it), announcing itself first: the test kills the host there."""
+def slow_git_under_lock(fleet: SimFleet, host_id: str, run: Path) -> Path:
+    """Make git on the host hang while that deployment's lock is held (only `activate` holds it), announcing
+    itself first: the test kills the host there. A replaced `git` on PATH, since a hook or fsmonitor in the
+    checkout's git config never runs (git on the hosts runs with none). Returns the stand-in to remove."""
     host = fleet.host(NAMES[host_id])
     deployment = manifest_of(run).remote_dir
-    hook = host.home / "slow-fsmonitor"
-    hook.write_text(f'#!/bin/sh\nif [ -d "{host.remote_home}/{deployment}/.install-lock" ]; then '
-                    f'touch "{host.remote_home}/{ROLLBACK_STARTED}"; sleep 120; fi\nexit 1\n')  # fmt: skip
-    hook.chmod(0o755)
-    as_host_user(fleet, NAMES[host_id], hook)
-    checkout = host.home / deployment / "checkout"
-    git_config(fleet, host_id, checkout, "core.fsmonitor", f"{host.remote_home}/slow-fsmonitor")
-    return checkout
-
-
-def git_config(fleet: SimFleet, host_id: str, checkout: Path, *args: str) -> None:
-    """`git config` on the host's checkout, the file left owned by the host's user (git rewrites it)."""
-    config = checkout / ".git" / "config"
-    subprocess.run(["git", "config", "-f", str(config), *args], check=True)
-    as_host_user(fleet, NAMES[host_id], config)
+    fake = host.hostdir / "bin" / "git"
+    fake.write_text(f'#!/bin/sh\nif [ -d "{host.remote_home}/{deployment}/.install-lock" ]; then '
+                    f'touch "{host.remote_home}/{ROLLBACK_STARTED}"; sleep 120; fi\nexec /usr/bin/git "$@"\n')
+    fake.chmod(0o755)
+    return fake
 
 
 # --------------------------------------------------------------------------------------------- tests
@@ -200,7 +191,7 @@ def test_status_rollback_and_prune_across_two_runs(
     assert current(fleet, "node-3") == id_a
 
     # a killed sshd mid-rollback (activate holds the lock, verifying) leaves current where it was
-    checkout = slow_status_hook(fleet, "node-3", run_b)
+    slow_git = slow_git_under_lock(fleet, "node-3", run_b)
     started = fleet.host("h3").home / ROLLBACK_STARTED
     killed: list[str] = []
 
@@ -224,8 +215,8 @@ def test_status_rollback_and_prune_across_two_runs(
         killer.join(timeout=300)
         started.unlink(missing_ok=True)
         fleet.start_host("h3")
+        slow_git.unlink()
     assert current(fleet, "node-3") == id_a
-    git_config(fleet, "node-3", checkout, "--unset", "core.fsmonitor")
 
     # prune: the dry run changes nothing; then each host keeps only current, the unused prepared run goes
     before = {h: sorted(p.name for p in home(fleet, h).iterdir()) for h in HOST_IDS.values()}

@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -44,6 +46,17 @@ def root(discovered: Path) -> Path:
     return discovered
 
 
+@contextmanager
+def failing_check(fleet: SimFleet, name: str) -> Iterator[None]:
+    """The check command fails on host `name` while this lasts."""
+    flag = fleet.host(name).home / FAIL_FLAG
+    flag.touch()
+    try:
+        yield
+    finally:
+        flag.unlink()
+
+
 def current(fleet: SimFleet, host_id: str) -> str | None:
     link = fleet.host(NAMES[host_id]).home / "Narwhal-deploy" / "current"
     return os.readlink(link) if link.is_symlink() else None
@@ -66,12 +79,8 @@ def test_one_failing_host_activates_none_and_the_rerun_sends_nothing_to_the_stag
 ) -> None:
     deployment = manifest_of(prepared).deployment_id
     before = {h: current(fleet, h) for h in NAMES}
-    flag = fleet.host("h2").home / FAIL_FLAG
-    flag.touch()
-    try:
+    with failing_check(fleet, "h2"):
         rc, out, err = install(root, prepared, capsys)
-    finally:
-        flag.unlink()
     assert rc == 1, out + err
     assert "none was activated: node-2 failed" in out
     assert line(out, "node-2").startswith("failed at gate 'check'")
@@ -91,23 +100,15 @@ def test_activate_each_moves_the_hosts_that_staged_and_a_failing_canary_contacts
     root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     deployment = manifest_of(prepared).deployment_id
-    flag = fleet.host("h2").home / FAIL_FLAG
-    flag.touch()
-    try:
+    with failing_check(fleet, "h2"):
         rc, out, _ = install(root, prepared, capsys, "--activate", "each")
-    finally:
-        flag.unlink()
     assert rc == 1
     assert (current(fleet, "node-1"), current(fleet, "node-3")) == (deployment, deployment)
     assert current(fleet, "node-2") != deployment and line(out, "node-2").startswith("failed at gate 'check'")
 
     canary_run = prepare(root, tmp_path / "canary", capsys)
-    flag = fleet.host("h1").home / FAIL_FLAG
-    flag.touch()
-    try:
+    with failing_check(fleet, "h1"):
         rc, out, _ = install(root, canary_run, capsys, "--canary", "1")
-    finally:
-        flag.unlink()
     assert rc == 1
     for host_id in ("node-2", "node-3"):
         assert line(out, host_id).startswith("not contacted")
@@ -223,3 +224,30 @@ def test_a_run_prepared_before_a_setting_changed_warns_naming_it_and_strict_refu
         env.write_bytes(original)
     rc, out, err = install(root, prepared, capsys)
     assert rc == 0 and "warning" not in err, err
+
+
+def test_ctrl_c_says_where_each_host_stopped_without_a_traceback(
+    root: Path, prepared: Path, fleet: SimFleet
+) -> None:
+    home = fleet.host("h3").home
+    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
+    flag.touch()
+    command = subprocess.Popen([sys.executable, "-m", "narwhal_assets", "--root", str(root), "install", "--run",
+                                str(prepared)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    try:
+        wait_for(started.exists, "the slow install to start on h3")
+        os.killpg(command.pid, signal.SIGINT)
+        _, err = command.communicate(timeout=60)
+    finally:
+        flag.unlink(missing_ok=True)
+        started.unlink(missing_ok=True)
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+            command.communicate()
+    assert command.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "deploy-hosts install: host node-3: stopped while staging: `current` not moved" in err, err
+    assert all(f"host {h}: stopped" in err for h in NAMES), err
+    assert err.strip().splitlines()[-1].startswith("deploy-hosts install: interrupted by SIGINT")
+    assert gone(fleet, "h3", "sleep 60") == []

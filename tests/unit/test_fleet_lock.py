@@ -54,8 +54,7 @@ def test_a_lease_not_refreshed_is_taken_over_and_says_whose_lock_broke(tmp_path:
     taken = call(tmp_path, "acquire", "t2" * 8, owner={**OWNER, "user": "bob"}, lease_s=1.0)
     assert taken.outcome == "acquired" and taken.broken is not None and taken.broken.user == "alice"
     assert call(tmp_path, "refresh", "t1" * 8).outcome == "failed", "the old holder lost it"
-    assert sorted(p.name for p in (tmp_path / "Narwhal-deploy").iterdir()) == [".fleet-lock", ".fleet-lock.guard"], \
-        "nothing left over"
+    assert sorted(p.name for p in (tmp_path / "Narwhal-deploy").iterdir()) == [".fleet-lock"], "nothing left over"
 
 
 def test_racing_takeovers_of_a_stale_lock_never_give_two_holders(tmp_path: Path) -> None:
