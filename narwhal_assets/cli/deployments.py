@@ -23,8 +23,9 @@ from narwhal_assets.core.errors import InputError, NarwhalError
 if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast --help)
     from dagster import DagsterInstance
 
+    from narwhal_assets.core.deployment.manifest import PreparedRun
     from narwhal_assets.local.checkout import Checkout
-    from narwhal_assets.workflows.deployments import HostStatus, PreparedRecord
+    from narwhal_assets.workflows.deployments import HostStatus
 
 EXIT_FAILED = 1
 SHORT = 12
@@ -35,7 +36,7 @@ def _short(value: str | None) -> str:
     return (value or "-")[:SHORT]
 
 
-def _read(args: argparse.Namespace) -> tuple[Checkout, list[HostStatus], list[PreparedRecord]]:
+def _read(args: argparse.Namespace) -> tuple[Checkout, list[HostStatus], list[PreparedRun]]:
     """The checkout, every selected host's status (in inventory order) and the workstation's prepared runs."""
     from narwhal_assets.defs.resources import SshSettings
     from narwhal_assets.local.checkout import Checkout

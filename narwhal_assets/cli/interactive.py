@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import shlex
@@ -26,7 +27,13 @@ def parse_forward(text: str) -> tuple[int, str, int]:
     ports = [int(match.group(1)), int(match.group(3))] if match else []
     if not match or not all(1 <= p <= 65535 for p in ports):
         raise InputError(["--forward: expected LOCAL:REMOTE or LOCAL:HOST:REMOTE with ports 1..65535"])
-    return ports[0], (match.group(2) or "127.0.0.1").strip("[]"), ports[1]
+    host = match.group(2) or "127.0.0.1"
+    if host.startswith("["):  # an IPv6 address, written in brackets as OpenSSH wants it
+        try:
+            host = str(ipaddress.IPv6Address(host[1:-1]))
+        except ValueError:
+            raise InputError([f"--forward: {host} is not an IPv6 address in brackets"]) from None
+    return ports[0], host, ports[1]
 
 
 def role_shell_command(remote_dir: str, role: Role, command: str | None, host_id: str) -> str:

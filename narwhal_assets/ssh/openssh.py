@@ -97,7 +97,8 @@ def openssh_command(
         argv += ["-o", "PreferredAuthentications=password,keyboard-interactive", "-o", "PubkeyAuthentication=no"]
     if forward is not None:
         local, remote_host, remote_port = forward
-        argv += ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local}:{remote_host}:{remote_port}"]
+        shown = f"[{remote_host}]" if ":" in remote_host else remote_host  # OpenSSH's -L brackets an IPv6 host
+        argv += ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local}:{shown}:{remote_port}"]
     else:
         argv.append("-t" if tty else "-T")
     argv += ["--", endpoint.alias]

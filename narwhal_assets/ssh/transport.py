@@ -19,7 +19,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -30,6 +29,7 @@ from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.host import program_source
 from narwhal_assets.ssh.destination import Endpoint, identity_candidates, resolve_endpoint
+from narwhal_assets.ssh.parallel import over_hosts
 from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode, Verdict
 
 T = TypeVar("T")
@@ -335,8 +335,7 @@ class Connector:
             except NarwhalError as exc:
                 return exc
 
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(accesses)))) as pool:
-            results = list(pool.map(one, accesses))
+        results = over_hosts(accesses, one, workers)
         return {access.host_id: result for access, result in zip(accesses, results, strict=True)}
 
     def presented_key(self, access: HostAccess) -> tuple[Endpoint, HostKey]:

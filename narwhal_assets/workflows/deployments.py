@@ -12,12 +12,10 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from narwhal_assets.core.deployment.manifest import MANIFEST_FILE, REMOTE_BASE, DeploymentManifest
+from narwhal_assets.core.deployment.manifest import MANIFEST_FILE, REMOTE_BASE, PreparedRun
 from narwhal_assets.core.deployment.manifest_check import load_manifest
 from narwhal_assets.core.deployment.prune import (
     HostDirectory,
@@ -31,19 +29,12 @@ from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.protocols.install import MESSAGE_LIMIT, DeploymentEntry, Gate, InstallReport
 from narwhal_assets.ssh.access import host_access
+from narwhal_assets.ssh.parallel import over_hosts
 from narwhal_assets.ssh.transport import Connector
 from narwhal_assets.workflows.install import HostInstallFailure, call_installer, install_files
 
 RUNS_LIMIT = 1000  # prepared runs read from the workstation's deployment directory
 PARALLEL = 8
-
-
-@dataclass(frozen=True)
-class PreparedRecord:
-    """A prepared run found on the workstation (its manifest parsed, not verified against the checkout)."""
-
-    run_dir: Path
-    manifest: DeploymentManifest
 
 
 @dataclass
@@ -88,20 +79,20 @@ class HostStatus:
                 "deployments": [d.model_dump() for d in self.deployments]}  # fmt: skip
 
 
-def prepared_runs(settings: Settings) -> list[PreparedRecord]:
+def prepared_runs(settings: Settings) -> list[PreparedRun]:
     """Prepared runs under `NARWHAL_DEPLOYMENT_ENV_DIR` with a readable manifest (others are not ours to judge)."""
     top = settings.deployment_env_dir
     found = []
     for run_dir in sorted(top.iterdir())[:RUNS_LIMIT] if top.is_dir() else []:
         if run_dir.is_dir() and not run_dir.is_symlink() and (run_dir / MANIFEST_FILE).is_file():
             try:
-                found.append(PreparedRecord(run_dir, load_manifest(run_dir)))
+                found.append(PreparedRun(run_dir, load_manifest(run_dir)))
             except InputError:
                 continue
     return found
 
 
-def known_deployments(host_id: str, runs: Sequence[PreparedRecord]) -> dict[str, dict[str, Any]]:
+def known_deployments(host_id: str, runs: Sequence[PreparedRun]) -> dict[str, dict[str, Any]]:
     """deployment id -> the revision and file list the installer verifies that directory against."""
     known = {}
     for run in runs:
@@ -120,7 +111,7 @@ def call_host(connector: Connector, settings: Settings, entry: HostEntry, params
 
 
 def host_status(
-    connector: Connector, settings: Settings, entry: HostEntry, runs: Sequence[PreparedRecord]
+    connector: Connector, settings: Settings, entry: HostEntry, runs: Sequence[PreparedRun]
 ) -> HostStatus:
     status = HostStatus(entry.id, list(entry.roles))
     try:
@@ -139,11 +130,10 @@ def host_status(
 
 
 def fleet_status(
-    connector: Connector, settings: Settings, entries: Sequence[HostEntry], runs: Sequence[PreparedRecord]
+    connector: Connector, settings: Settings, entries: Sequence[HostEntry], runs: Sequence[PreparedRun]
 ) -> list[HostStatus]:
     """Every selected host's status, several at once (one connection each), in inventory order."""
-    with ThreadPoolExecutor(max_workers=max(1, min(PARALLEL, len(entries)))) as pool:
-        return list(pool.map(lambda entry: host_status(connector, settings, entry, runs), entries))
+    return over_hosts(entries, lambda entry: host_status(connector, settings, entry, runs), PARALLEL)
 
 
 def host_prune_plan(status: HostStatus, keep: int) -> list[str]:
@@ -158,8 +148,8 @@ def prune_host(connector: Connector, settings: Settings, entry: HostEntry, remov
 
 
 def workstation_prune_plan(
-    runs: Sequence[PreparedRecord], keep: int, statuses: Sequence[HostStatus], removed: dict[str, list[str]]
-) -> list[PreparedRecord]:
+    runs: Sequence[PreparedRun], keep: int, statuses: Sequence[HostStatus], removed: dict[str, list[str]]
+) -> list[PreparedRun]:
     """Prepared runs to delete: not among the newest `keep`, their deployment left on no host (after the
     host removals in `removed`), not `current` anywhere. Nothing while a host's status is unknown."""
     if any(s.error is not None or s.truncated for s in statuses):
@@ -171,5 +161,5 @@ def workstation_prune_plan(
     return [r for r in runs if str(r.run_dir) in names]
 
 
-def remove_prepared_run(run: PreparedRecord) -> None:
+def remove_prepared_run(run: PreparedRun) -> None:
     shutil.rmtree(run.run_dir)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from narwhal_assets.core.deployment.manifest import BUNDLE_FILE, DeploymentManifest, ManifestHost, PreparedFile
+from narwhal_assets.core.deployment.manifest import BUNDLE_FILE, ManifestHost, PreparedFile, PreparedRun
 from narwhal_assets.core.deployment.manifest_check import (
     CurrentAccess,
     destination_sha256,
@@ -50,19 +50,7 @@ from narwhal_assets.ssh.trust import KnownHostsStore
 
 DEFAULT_INSTALL = "python -m pip install -e ."
 DEFAULT_CHECK = "python -m pip check"
-LOGS_DIR = "logs"
 LOG_OUTPUT_LIMIT = 256 * 1024
-
-
-@dataclass(frozen=True)
-class PreparedRun:
-    """A prepared directory whose manifest verified against the current checkout."""
-
-    run_dir: Path
-    manifest: DeploymentManifest
-
-    def log_path(self, host_id: str) -> Path:
-        return self.run_dir / LOGS_DIR / f"{host_id}.log"
 
 
 @dataclass(frozen=True)

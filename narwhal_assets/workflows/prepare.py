@@ -23,6 +23,7 @@ from narwhal_assets.core.deployment.manifest import (
     DeploymentManifest,
     ManifestHost,
     PreparedFile,
+    PreparedRun,
     remote_dir_for,
 )
 from narwhal_assets.core.deployment.prepare_inputs import check_revision, discovery_inputs_digest, private_tree_paths
@@ -48,11 +49,9 @@ REDISCOVER = "run `deploy-hosts discover`"
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A finished deployment directory and the manifest that pins it."""
+class Prepared(PreparedRun):
+    """A prepared run just made, with the discovery run whose published set it was made from."""
 
-    out: Path
-    manifest: DeploymentManifest
     discovery_run: Path
 
     def host_digests(self) -> dict[str, dict[str, str]]:

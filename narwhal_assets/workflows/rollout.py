@@ -19,7 +19,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
@@ -29,6 +28,7 @@ from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.protocols.fleet_lock import LockHolder
 from narwhal_assets.ssh.access import host_access
+from narwhal_assets.ssh.parallel import over_hosts
 from narwhal_assets.ssh.transport import Connector, HostConnection
 from narwhal_assets.workflows.install import (
     HostOutcome,
@@ -170,15 +170,14 @@ def _group(
 def _each(items: Sequence[T], work: Callable[[T], R], workers: int, *, stop_at_failure: bool) -> list[R]:
     """`work` over `items` with at most `workers` at once, results in order; serially, with `stop_at_failure`,
     the first failure stops the rest (results end there)."""
-    if workers <= 1 or len(items) <= 1:
+    if stop_at_failure and workers <= 1:
         results: list[R] = []
         for item in items:
             results.append(work(item))
-            if stop_at_failure and not getattr(results[-1], "ok", True):
+            if not getattr(results[-1], "ok", True):
                 break
         return results
-    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="narwhal-host") as pool:
-        return list(pool.map(work, items))
+    return over_hosts(items, work, workers)
 
 
 @contextmanager

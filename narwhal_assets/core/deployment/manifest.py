@@ -7,6 +7,8 @@ destination is detected without the manifest ever holding one.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -96,3 +98,19 @@ class DeploymentManifest(Record):
 def remote_dir_for(deployment_id: str) -> str:
     """`Narwhal-deploy/<id>`, relative to the remote user's home."""
     return f"{REMOTE_BASE}/{deployment_id}"
+
+
+LOGS_DIR = "logs"
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A prepared directory and its manifest: the one type for a prepared run, wherever it was found (the
+    install path verifies it against the checkout first; `status` and `prune` list the workstation's)."""
+
+    run_dir: Path
+    manifest: DeploymentManifest
+
+    def log_path(self, host_id: str) -> Path:
+        """`<run>/logs/<host-id>.log`, where install writes what it did on that host."""
+        return self.run_dir / LOGS_DIR / f"{host_id}.log"

@@ -56,14 +56,14 @@ def prepare_deployment(
     context: dg.AssetExecutionContext, config: PrepareConfig, checkout: ManagementCheckout
 ) -> Iterator[dg.MaterializeResult]:
     prepared = prepare(checkout.open().settings, config.out or None)
-    context.log.info(f"prepared deployment {prepared.manifest.deployment_id} in {prepared.out}")
+    context.log.info(f"prepared deployment {prepared.manifest.deployment_id} in {prepared.run_dir}")
     yield from _results(prepared)
 
 
 def _results(prepared: Prepared) -> Iterator[dg.MaterializeResult]:
     manifest = prepared.manifest
     common = {
-        "out": dg.MetadataValue.path(str(prepared.out)),
+        "out": dg.MetadataValue.path(str(prepared.run_dir)),
         "revision": manifest.revision,
         "deployment_id": manifest.deployment_id,
     }
@@ -79,14 +79,14 @@ def _results(prepared: Prepared) -> Iterator[dg.MaterializeResult]:
             "discovery_run": dg.MetadataValue.path(str(prepared.discovery_run)),
             "files_per_host": dg.MetadataValue.json({h.id: len(h.files) for h in manifest.hosts}),
             "sha256": dg.MetadataValue.json(prepared.host_digests()),
-            "sources": dg.MetadataValue.path(str(prepared.out / SOURCES_FILE)),
+            "sources": dg.MetadataValue.path(str(prepared.run_dir / SOURCES_FILE)),
         },
     )
     yield dg.MaterializeResult(
         asset_key=DEPLOYMENT_MANIFEST,
         metadata={
             **common,
-            "path": dg.MetadataValue.path(str(prepared.out / MANIFEST_FILE)),
+            "path": dg.MetadataValue.path(str(prepared.run_dir / MANIFEST_FILE)),
             "remote_dir": manifest.remote_dir,
             "hosts": dg.MetadataValue.json({h.id: h.roles for h in manifest.hosts}),
         },
