@@ -7,20 +7,18 @@ escaping, private prepared runs, drift while an install runs)."""
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 import pytest
+from helpers.installer_host import DEPLOYMENT, QUICK_S, REMOTE_DIR, Host, make_source
 
 from narwhal_assets.core import display
 from narwhal_assets.core.discovery import drift
@@ -33,12 +31,8 @@ from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.host import installer
 from narwhal_assets.local.privatefiles import non_private
 from narwhal_assets.protocols.install import (
-    BOOTSTRAP,
     DeploymentEntry,
     Gate,
-    InstallReport,
-    install_stream,
-    installer_script,
     parse_install_report,
     terminal_safe,
 )
@@ -47,85 +41,13 @@ from narwhal_assets.ssh.trust import TrustMode
 from narwhal_assets.workflows.deployments import HostStatus, host_status
 from narwhal_assets.workflows.install import open_prepared_run
 
-DEPLOYMENT = "0123456789abcdef0123456789abcdef"
 OTHER = "fedcba9876543210fedcba9876543210"
-REMOTE_DIR = f"Narwhal-deploy/{DEPLOYMENT}"
-ROLE_FILE = b"export NARWHAL_ENGINE_PORT='8001'\n"
 INSTALLER = Path(installer.__file__)
-QUICK_S = 30  # a read that blocked (a FIFO) or a command that hung would take far longer
-
-
-def make_source(tmp_path: Path) -> tuple[str, bytes]:
-    """A one-commit repository (tracked files, an ignored runs/) as its revision and bundle (over 4 KiB)."""
-    repo = tmp_path / "repo"
-    (repo / "app").mkdir(parents=True)
-    (repo / "README").write_text("demo\n")
-    (repo / "app" / "main.py").write_text("print('served')\n")
-    (repo / "app" / "data.txt").write_text(os.urandom(4096).hex())
-    (repo / ".gitignore").write_text("runs/\n")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "one"], check=True)
-    revision = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run([*git, "bundle", "create", "-q", str(tmp_path / "b.bundle"), "HEAD"], check=True)
-    return revision, (tmp_path / "b.bundle").read_bytes()
 
 
 @pytest.fixture
 def source(tmp_path: Path) -> tuple[str, bytes]:
     return make_source(tmp_path)
-
-
-class Host:
-    """A HOME directory the installer runs in, as the host's user would."""
-
-    def __init__(self, home: Path, revision: str, bundle: bytes, deployment: str = DEPLOYMENT) -> None:
-        self.home = home
-        self.top = home / "Narwhal-deploy"
-        self.base = self.top / deployment
-        self.checkout = self.base / "checkout"
-        self.payloads = {"source.bundle": bundle, ".env.engine-1": ROLE_FILE}
-        self.params: dict[str, Any] = {
-            "remote_dir": f"Narwhal-deploy/{deployment}", "revision": revision, "owner": "unit test",
-            "install_command": "true", "check_command": "test -n \"$VIRTUAL_ENV\"",
-            "files": [{"name": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-                       "install_to": None if name == "source.bundle" else "runs/deployment/.env.engine-1",
-                       "keep_if_present": False} for name, data in self.payloads.items()],
-        }  # fmt: skip
-
-    def call(self, action: str, send: list[str] | None = None, limit_file_size: int | None = None,
-             **extra: object) -> InstallReport:  # fmt: skip
-        params = {**self.params, "action": action, **({"send": send} if send is not None else {}), **extra}
-        payload = b"".join(self.payloads[name] for name in send or [])
-        env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
-
-        def limits() -> None:
-            if limit_file_size is not None:  # writes past it fail with EFBIG, as a full disk fails with ENOSPC
-                resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
-
-        done = subprocess.run(["sh", "-c", BOOTSTRAP], input=install_stream(installer_script(params), [payload]),
-                              capture_output=True, env=env, timeout=QUICK_S * 4, check=False,
-                              preexec_fn=limits)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        return parse_install_report(done.stdout)
-
-    def status(self, **known: dict[str, Any]) -> dict[str, DeploymentEntry]:
-        report = self.call("status", remote_base="Narwhal-deploy", known=known)
-        assert report.outcome == "listed", report
-        return {d.name: d for d in report.deployments}
-
-    def known(self) -> dict[str, Any]:
-        return {self.base.name: {"revision": self.params["revision"], "files": self.params["files"]}}
-
-    def stage(self) -> InstallReport:
-        inspected = self.call("inspect")
-        return self.call("install", send=[n for n in self.payloads if inspected.files.get(n) != "present"])
-
-    def install(self) -> InstallReport:
-        report = self.stage()
-        assert report.outcome == "ready", report
-        return self.call("commit")
 
 
 @pytest.fixture

@@ -3,78 +3,26 @@ own HOME, real git and real files. Gates, the lock and the reuse path, without S
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from helpers.installer_host import ROLE_FILE, Host, make_source
 
 from narwhal_assets.host.installer import files_sha256
 from narwhal_assets.protocols.install import (
-    BOOTSTRAP,
-    InstallReport,
     ReportError,
-    install_stream,
-    installer_script,
     parse_install_report,
 )
-
-REMOTE_DIR = "Narwhal-deploy/0123456789abcdef0123456789abcdef"
-ROLE_FILE = b"export NARWHAL_ENGINE_PORT='8001'\n"
 
 
 @pytest.fixture
 def source(tmp_path: Path) -> tuple[str, bytes]:
     """A one-commit repository's revision and its bundle."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "README").write_text("demo\n")
-    (repo / ".gitignore").write_text("runs/\n")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "one"], check=True)
-    revision = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run([*git, "bundle", "create", "-q", str(tmp_path / "b.bundle"), "HEAD"], check=True)
-    return revision, (tmp_path / "b.bundle").read_bytes()
-
-
-class Host:
-    """A HOME directory the installer runs in, as the host's user would."""
-
-    def __init__(self, home: Path, revision: str, bundle: bytes, remote_dir: str = REMOTE_DIR) -> None:
-        self.home = home
-        self.base = home / remote_dir
-        self.payloads = {"source.bundle": bundle, ".env.engine-1": ROLE_FILE}
-        self.params: dict[str, Any] = {
-            "remote_dir": remote_dir, "revision": revision, "owner": "unit test",
-            "install_command": "true", "check_command": "test -n \"$VIRTUAL_ENV\"",
-            "files": [{"name": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-                       "install_to": None if name == "source.bundle" else "runs/deployment/.env.engine-1",
-                       "keep_if_present": False} for name, data in self.payloads.items()],
-        }  # fmt: skip
-
-    def call(
-        self, action: str, send: list[str] | None = None, stream: bytes | None = None, **extra: object
-    ) -> InstallReport:
-        params = {**self.params, "action": action, **({"send": send} if send is not None else {}), **extra}
-        payload = stream if stream is not None else b"".join(self.payloads[name] for name in send or [])
-        env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
-        done = subprocess.run(["sh", "-c", BOOTSTRAP], input=install_stream(installer_script(params), [payload]),
-                              capture_output=True, env=env, timeout=300, check=False)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        return parse_install_report(done.stdout)
-
-    def install(self) -> InstallReport:
-        inspected = self.call("inspect")
-        missing = [name for name in self.payloads if inspected.files.get(name) != "present"]
-        report = self.call("install", send=missing)
-        assert report.outcome == "ready", report
-        return self.call("commit")
+    return make_source(tmp_path)
 
 
 @pytest.fixture

@@ -1,0 +1,94 @@
+"""The host-side installer run locally as a host would run it: `BOOTSTRAP` on stdin, its own HOME, real git
+and real files. Shared by the installer's unit tests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from narwhal_assets.protocols.install import (
+    BOOTSTRAP,
+    DeploymentEntry,
+    InstallReport,
+    install_stream,
+    installer_script,
+    parse_install_report,
+)
+
+DEPLOYMENT = "0123456789abcdef0123456789abcdef"
+REMOTE_DIR = f"Narwhal-deploy/{DEPLOYMENT}"
+ROLE_FILE = b"export NARWHAL_ENGINE_PORT='8001'\n"
+QUICK_S = 30  # a read that blocked (a FIFO) or a command that hung would take far longer
+
+
+def make_source(tmp_path: Path) -> tuple[str, bytes]:
+    """A one-commit repository (tracked files, an ignored runs/) as its revision and bundle (over 4 KiB)."""
+    repo = tmp_path / "repo"
+    (repo / "app").mkdir(parents=True)
+    (repo / "README").write_text("demo\n")
+    (repo / "app" / "main.py").write_text("print('served')\n")
+    (repo / "app" / "data.txt").write_text(os.urandom(4096).hex())
+    (repo / ".gitignore").write_text("runs/\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    revision = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([*git, "bundle", "create", "-q", str(tmp_path / "b.bundle"), "HEAD"], check=True)
+    return revision, (tmp_path / "b.bundle").read_bytes()
+
+
+class Host:
+    """A HOME directory the installer runs in, as the host's user would."""
+
+    def __init__(self, home: Path, revision: str, bundle: bytes, remote_dir: str = REMOTE_DIR) -> None:
+        self.home = home
+        self.base = home / remote_dir
+        self.top = self.base.parent
+        self.checkout = self.base / "checkout"
+        self.payloads = {"source.bundle": bundle, ".env.engine-1": ROLE_FILE}
+        self.params: dict[str, Any] = {
+            "remote_dir": remote_dir, "revision": revision, "owner": "unit test",
+            "install_command": "true", "check_command": "test -n \"$VIRTUAL_ENV\"",
+            "files": [{"name": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+                       "install_to": None if name == "source.bundle" else "runs/deployment/.env.engine-1",
+                       "keep_if_present": False} for name, data in self.payloads.items()],
+        }  # fmt: skip
+
+    def call(self, action: str, send: list[str] | None = None, limit_file_size: int | None = None,
+             stream: bytes | None = None, **extra: object) -> InstallReport:  # fmt: skip
+        """One installer run; `stream` replaces the sent files' bytes, `limit_file_size` fills the disk early."""
+        params = {**self.params, "action": action, **({"send": send} if send is not None else {}), **extra}
+        payload = stream if stream is not None else b"".join(self.payloads[name] for name in send or [])
+        env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+        def limits() -> None:
+            if limit_file_size is not None:  # writes past it fail with EFBIG, as a full disk fails with ENOSPC
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
+
+        done = subprocess.run(["sh", "-c", BOOTSTRAP], input=install_stream(installer_script(params), [payload]),
+                              capture_output=True, env=env, timeout=QUICK_S * 4, check=False,
+                              preexec_fn=limits)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return parse_install_report(done.stdout)
+
+    def status(self, **known: dict[str, Any]) -> dict[str, DeploymentEntry]:
+        report = self.call("status", remote_base="Narwhal-deploy", known=known)
+        assert report.outcome == "listed", report
+        return {d.name: d for d in report.deployments}
+
+    def known(self) -> dict[str, Any]:
+        return {self.base.name: {"revision": self.params["revision"], "files": self.params["files"]}}
+
+    def stage(self) -> InstallReport:
+        inspected = self.call("inspect")
+        return self.call("install", send=[n for n in self.payloads if inspected.files.get(n) != "present"])
+
+    def install(self) -> InstallReport:
+        report = self.stage()
+        assert report.outcome == "ready", report
+        return self.call("commit")
