@@ -399,7 +399,7 @@ class Installer:
         at once for every racer), its owner's leftovers removed, and a fresh lock made; a racer that judged
         the same stale lock finds the fresh one held when its turn comes."""
         where = self.path(LOCK)
-        mine = {"pid": os.getpid(), "start": _start_ticks(os.getpid()), "boot": _boot_id(),
+        mine = {"pid": os.getpid(), "start": start_ticks(os.getpid()), "boot": boot_id(),
                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "by": self.params.get("owner", ""),
                 "token": os.urandom(16).hex()}  # fmt: skip
         if self.make_lock(where, mine):
@@ -619,7 +619,7 @@ class Installer:
             names = [e.name for e in itertools.islice(entries, ENTRY_LIMIT) if e.name.startswith(".removing-")]
         for name in names:
             pid = name.rsplit("-", 1)[-1]
-            if pid.isdigit() and not _start_ticks(int(pid)) and _is_real_dir(os.path.join(self.top, name)):
+            if pid.isdigit() and not start_ticks(int(pid)) and _is_real_dir(os.path.join(self.top, name)):
                 shutil.rmtree(os.path.join(self.top, name), ignore_errors=True)
                 count += 1
         return count
@@ -892,7 +892,8 @@ def _descendants(root: int) -> list:
     return found
 
 
-def _boot_id() -> str:
+def boot_id() -> str:
+    """This boot's id: a pid recorded under another boot names no process now (also read by the workstation)."""
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
             return handle.read(64).strip()
@@ -900,7 +901,7 @@ def _boot_id() -> str:
         return ""
 
 
-def _start_ticks(pid: int) -> str:
+def start_ticks(pid: int) -> str:
     """The process start time in clock ticks since boot (field 22 of /proc/PID/stat); "" when it is gone or
     unknown. A zombie is gone: it has exited and holds nothing, though its parent (a killed sshd session
     reparented to an init that is slow to reap) may leave its /proc entry for a while."""
@@ -933,12 +934,12 @@ def _process_alive(owner: dict | None) -> bool:
     """
     if owner is None:
         return True
-    if owner.get("boot") and owner.get("boot") != _boot_id():
+    if owner.get("boot") and owner.get("boot") != boot_id():
         return False
     pid = owner.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool):
         return True
-    now = _start_ticks(pid)
+    now = start_ticks(pid)
     return bool(now) and (not owner.get("start") or now == owner.get("start"))
 
 

@@ -16,13 +16,13 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from narwhal_assets.core.deployment.manifest import REMOTE_BASE
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.host.installer import boot_id, start_ticks
 from narwhal_assets.protocols.fleet_lock import LockHolder, LockReport, LockReportError, lock_script, parse_lock_report
 from narwhal_assets.protocols.install import BOOTSTRAP, install_stream
 from narwhal_assets.ssh.access import host_access
@@ -56,31 +56,14 @@ class LockRequest:
 
 def _this_process() -> dict[str, Any]:
     """Enough to tell, later and on this workstation only, whether this process still runs."""
-    return {"boot": _boot_id(), "pid": os.getpid(), "pid_start": _start_ticks(os.getpid())}
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
-    except OSError:
-        return ""
-
-
-def _start_ticks(pid: int) -> str:
-    """The process's start time in clock ticks since boot (`/proc/<pid>/stat` field 22): a reused pid differs."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return ""
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else ""
+    return {"boot": boot_id(), "pid": os.getpid(), "pid_start": start_ticks(os.getpid())}
 
 
 def holder_gone(holder: LockHolder) -> dict[str, Any] | None:
     """The holder's identity when it is a deploy of this workstation (same boot) whose process is gone."""
-    if holder.workstation != socket.gethostname() or not holder.boot or holder.boot != _boot_id() or not holder.pid:
+    if holder.workstation != socket.gethostname() or not holder.boot or holder.boot != boot_id() or not holder.pid:
         return None
-    if _start_ticks(holder.pid) == holder.pid_start:
+    if start_ticks(holder.pid) == holder.pid_start:
         return None  # still running
     return {"workstation": holder.workstation, "boot": holder.boot, "pid": holder.pid, "pid_start": holder.pid_start}
 

@@ -79,10 +79,6 @@ class Progress:
 _TRACKED: dict[str, Progress] = {}
 
 
-def track(key: str) -> Progress:
-    return _TRACKED.setdefault(key, Progress())
-
-
 def tracked(key: str) -> Progress:
     """The command's Progress for `key`, or a new one (a run launched from the UI has nobody watching)."""
     return _TRACKED.get(key) or Progress()
@@ -99,18 +95,15 @@ def rollout(
     before_activation: Callable[[], None] = lambda: None,
 ) -> list[HostOutcome]:
     """Every selected host's outcome, in inventory order; hosts never contacted are not in the list."""
-    for entry in entries:
-        progress.mark(entry.id, "before connecting")
     canary, rest = list(entries[: plan.canary]), list(entries[plan.canary :])
-    groups = [g for g in (canary, rest) if g]
-    for index, group in enumerate(groups):
+    for group in (g for g in (canary, rest) if g):
+        for entry in group:
+            progress.mark(entry.id, "before connecting")
         policy: ActivatePolicy = "all" if group is canary and plan.activate == "none" else plan.activate
         outcomes = _group(connector, settings, group, run, commands, plan, policy, progress, before_activation)
         progress.outcomes += outcomes
         if group is canary and not all(o.ok for o in outcomes):
-            for entry in groups[index + 1] if index + 1 < len(groups) else []:
-                progress.phases.pop(entry.id, None)  # never contacted
-            break
+            break  # a failed canary: no other host is contacted
     return progress.outcomes
 
 
@@ -183,7 +176,7 @@ def _each(items: Sequence[T], work: Callable[[T], R], workers: int, *, stop_at_f
 @contextmanager
 def tracking(key: str) -> Iterator[Progress]:
     """Register a Progress for the life of one command."""
-    progress = track(key)
+    progress = _TRACKED.setdefault(key, Progress())
     try:
         yield progress
     finally:
