@@ -4,7 +4,8 @@ Kept on the fleet itself, like Kamal's lock on its primary host: `~/Narwhal-depl
 first inventory host (`host/fleet_lock.py` does every change there atomically). The holder refreshes its
 lease every `REFRESH_S` over its own connection; a lease not refreshed for `LEASE_S` (host clock) may be
 taken over by the next deploy, which says whose lock it broke. A deploy whose refresh failed stops before
-it moves `current` anywhere (`FleetLock.check`).
+it moves `current` anywhere (`FleetLock.check`). The lock has its own connection: it is taken before any
+host is contacted (a canary goes first) and must outlast the rollout's per-group connections.
 """
 
 from __future__ import annotations
