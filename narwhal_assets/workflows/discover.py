@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from narwhal_assets.core.deployment.prepare_inputs import discovery_inputs_digest
+from narwhal_assets.core.deployment.prepare_inputs import discovery_inputs_digest, input_digests
 from narwhal_assets.core.discovery.digests import compare_replicas
 from narwhal_assets.core.discovery.manifest import MANIFEST_FILE, DiscoveryManifest
 from narwhal_assets.core.discovery.observations import CheckpointDigest, HostObservation
@@ -298,7 +298,8 @@ def publish_config(
         digests = {_relative(settings, path): hashlib.sha256(data).hexdigest() for path, data in files.items()}
         if settings.hosts_path.is_file():
             digests[_relative(settings, settings.hosts_path)] = sha256_file(settings.hosts_path)
-        manifest = DiscoveryManifest(files=digests, inputs_sha256=discovery_inputs_digest(settings, inventory))
+        manifest = DiscoveryManifest(files=digests, inputs_sha256=discovery_inputs_digest(settings, inventory),
+                                     inputs=input_digests(settings, inventory, secrets.token_hex(32)))  # fmt: skip
         files[run.run_dir / MANIFEST_FILE] = render_json(manifest).encode()
         publish_files(settings, run.run_dir, files)
         prune_discovery_runs(settings.discovery_dir, keep, current=run.run_dir.name)

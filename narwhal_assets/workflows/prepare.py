@@ -26,7 +26,13 @@ from narwhal_assets.core.deployment.manifest import (
     PreparedRun,
     remote_dir_for,
 )
-from narwhal_assets.core.deployment.prepare_inputs import check_revision, discovery_inputs_digest, private_tree_paths
+from narwhal_assets.core.deployment.manifest_check import destination_sha256
+from narwhal_assets.core.deployment.prepare_inputs import (
+    changed_inputs,
+    check_revision,
+    discovery_inputs_digest,
+    private_tree_paths,
+)
 from narwhal_assets.core.deployment.role_env import REVISION, TOOLS, ExportInputs, build_role_environments, role_sources
 from narwhal_assets.core.discovery.manifest import DiscoveryManifest, generated_paths
 from narwhal_assets.core.errors import InputError, Problems, raise_if
@@ -127,6 +133,10 @@ def _discovery_run(settings: Settings, inventory: Inventory) -> Path:
     except InputError as exc:
         raise InputError([f"{problem}; {REDISCOVER}" for problem in exc.problems]) from None
     if manifest.inputs_sha256 != discovery_inputs_digest(settings, inventory):
+        changed = changed_inputs(manifest.inputs, settings, inventory) if manifest.inputs else []
+        if changed:  # else a run from before per-input digests
+            raise InputError([f"changed since discovery run {latest.run_dir}: {', '.join(changed)}; {REDISCOVER} "
+                              "before preparing"])  # fmt: skip
         raise InputError([f"the inventory, destinations or settings differ from those discovery run {latest.run_dir} "
                           f"used; {REDISCOVER} before preparing"])  # fmt: skip
     return latest.run_dir
@@ -183,7 +193,7 @@ def _pins(settings: Settings, store: KnownHostsStore, entry: HostEntry) -> tuple
     fingerprints = sorted(set(store.fingerprints(endpoint.host, endpoint.port)))
     if not fingerprints:
         raise InputError([f"host {entry.id}: no host key for {endpoint.address} in {store.path}; {REDISCOVER}"])
-    return hashlib.sha256(destination.encode("utf-8")).hexdigest(), fingerprints
+    return destination_sha256(destination), fingerprints
 
 
 def _create(target: Path) -> bool:

@@ -37,6 +37,7 @@ from narwhal_assets.defs.deployment.assets import (
 )
 from narwhal_assets.defs.resources import ManagementCheckout
 from narwhal_assets.runtime.runner import operator_instance
+from narwhal_assets.ssh.trust import KnownHostsStore
 
 TOOLS = ("launch_engine.py", "fabric_budget.py", "cache_capture_hook.py")
 TOOL_VARS = {"launch_engine.py": "NARWHAL_ENGINE_LAUNCHER", "fabric_budget.py": "NARWHAL_FABRIC_BUDGET_TOOL",
@@ -220,6 +221,16 @@ def blank_node_override(root: Path) -> None:
                            path.read_text()))  # fmt: skip
 
 
+def without_input_digests(root: Path) -> None:
+    """The discovery run as discovery wrote it before `inputs` existed, then a setting changed."""
+    for manifest in (root / "runs" / "discovery").glob("*/manifest.json"):
+        edit_json(manifest, lambda m: m.pop("inputs"))
+    set_env(root, NARWHAL_MAX_NUM_SEQS="4")
+
+
+# A new destination for h3 that the known-hosts store has no key for (a host moved to another address).
+MOVED = "mgmt-sentinel-q7zk-moved"
+REDISCOVER = r"run `deploy-hosts discover` before preparing"
 REFUSALS = {
     "unset": (lambda root: set_env(root, NARWHAL_DEPLOYMENT_REVISION=""),
               r"NARWHAL_DEPLOYMENT_REVISION is unset; set NARWHAL_DEPLOYMENT_REVISION=\$\(git rev-parse HEAD\)"),
@@ -241,8 +252,15 @@ REFUSALS = {
                        r"role export node-2/\.env\.engine-2: engine-2: NARWHAL_NODE_2_ENGINE_IMAGE is set but empty; "
                        r"NARWHAL_ENGINE_IMAGE is required"),
     "changed-inputs": (lambda root: set_env(root, NARWHAL_MAX_NUM_SEQS="4"),
-                       r"the inventory, destinations or settings differ from those discovery run .* used; run "
-                       r"`deploy-hosts discover` before preparing"),
+                       rf"changed since discovery run \S+: NARWHAL_MAX_NUM_SEQS \(set since\); {REDISCOVER}$"),
+    "changed-model": (lambda root: set_env(root, NARWHAL_ENGINE_MODEL_NAME="model-sentinel-v2"),
+                      rf"changed since discovery run \S+: NARWHAL_ENGINE_MODEL_NAME; {REDISCOVER}$"),
+    "changed-destination": (lambda root: set_env(root, NARWHAL_NODE_3_SSH=MOVED, NARWHAL_ENGINE_API_KEY=""),
+                            rf"changed since discovery run \S+: NARWHAL_NODE_3_SSH, the engine credential's variable; "
+                            rf"{REDISCOVER}$"),
+    "pre-digests-discovery": (without_input_digests,
+                              r"the inventory, destinations or settings differ from those discovery run .* used; "
+                              rf"{REDISCOVER}$"),
     "no-discovery": (lambda root: [p.unlink() for p in (root / "runs" / "discovery").glob("*/manifest.json")],
                      r"no discovery has published a config set in .*; run `deploy-hosts discover`"),
 }  # fmt: skip
@@ -257,8 +275,12 @@ def test_bad_input_exits_2_with_one_line_and_leaves_nothing(
     change(discovered)
     out = tmp_path / "deploy"
     before = snapshot(discovered / "runs")
+    dagster_home = Path(os.environ["DAGSTER_HOME"])
+    dagster_before = snapshot(dagster_home)
     rc, stdout, stderr = cli(discovered, "prepare", *(["--out", str(out)] if with_out else []), capsys=capsys)
     assert rc == 2, stdout + stderr
+    assert snapshot(dagster_home) == dagster_before, "no Dagster run"
+    assert "sentinel" not in (stdout + stderr).lower()
     lines = stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("deploy-hosts prepare: error: "), stderr
     assert re.search(message, lines[0]), lines[0]
@@ -270,6 +292,52 @@ def test_bad_input_exits_2_with_one_line_and_leaves_nothing(
     assert not (discovered / "runs" / "deployment-env").exists()
     assert_nowhere([PASSWORD, *DESTINATIONS.values()], [Path(os.environ["DAGSTER_HOME"])])
     assert not any(s in stdout + stderr for s in [PASSWORD, *DESTINATIONS.values()])
+
+
+def test_after_a_destination_change_install_and_prepare_each_say_the_whole_way(
+    discovered: Path, fleet: SimFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`install` names the variable and every step back (not a key change: the store has no key for the new
+    endpoint); `prepare` then names it too and asks for discovery first. Neither writes nor contacts anything."""
+    out = tmp_path / "deploy"
+    rc, _, stderr = cli(discovered, "prepare", "--out", str(out), capsys=capsys)
+    assert rc == 0, stderr
+    set_env(discovered, NARWHAL_NODE_3_SSH=MOVED)
+    dagster_home = Path(os.environ["DAGSTER_HOME"])
+    before = snapshot(discovered), snapshot(out), snapshot(dagster_home)
+    rc, stdout, stderr = cli(discovered, "install", "--run", str(out), capsys=capsys)
+    assert rc == 2, stdout + stderr
+    assert stderr == (f"deploy-hosts install: error: {out}/manifest.json: hosts[node-3].destination_sha256: the "
+                      "destination in NARWHAL_NODE_3_SSH changed since this run was prepared; run `deploy-hosts "
+                      "discover`, then `deploy-hosts prepare`, then install the new run\n")  # fmt: skip
+    rc, stdout, stderr = cli(discovered, "prepare", capsys=capsys)
+    assert rc == 2, stdout + stderr
+    assert re.fullmatch(rf"deploy-hosts prepare: error: changed since discovery run \S+: NARWHAL_NODE_3_SSH; "
+                        rf"{REDISCOVER}\n", stderr), stderr  # fmt: skip
+    assert (snapshot(discovered), snapshot(out), snapshot(dagster_home)) == before
+    assert not any((fleet.host(name).home / "Narwhal-deploy").exists() for name in HOST_IDS)
+    assert MOVED not in stdout + stderr
+
+
+def test_a_changed_host_key_is_named_with_prepare_as_the_fix(
+    discovered: Path, fleet: SimFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Same destination, another key trusted for it since prepare: the key change is reported, and a new
+    `prepare` (no discovery) is the fix."""
+    out = tmp_path / "deploy"
+    rc, _, stderr = cli(discovered, "prepare", "--out", str(out), capsys=capsys)
+    assert rc == 0, stderr
+    store = KnownHostsStore(discovered / "config" / "ssh.known_hosts")
+    h1, h3 = fleet.host("h1"), fleet.host("h3")
+    other = store.keys_for(h1.address, h1.port)[0]
+    store.replace("node-3", h3.address, h3.port, other, other.fingerprint)  # what `deploy-hosts trust` does
+    rc, stdout, stderr = cli(discovered, "install", "--run", str(out), capsys=capsys)
+    assert rc == 2, stdout + stderr
+    assert stderr == (f"deploy-hosts install: error: {out}/manifest.json: hosts[node-3].host_key_fingerprints: "
+                      "differ from the keys pinned in the known-hosts store now; prepare a new run (`deploy-hosts "
+                      "prepare`)\n")  # fmt: skip
+    rc, _, stderr = cli(discovered, "prepare", "--out", str(tmp_path / "again"), capsys=capsys)
+    assert rc == 0, stderr
 
 
 def test_an_existing_output_directory_is_refused_and_kept(

@@ -1,9 +1,11 @@
-"""Breaking a simulated host for a while and seeing what it still runs: replaced tools, start markers, and
-processes looked up through /proc (the hosts share this machine's PID namespace), by the host user's uid."""
+"""Breaking a simulated host for a while and seeing what it still runs: replaced tools, start markers, a disk
+that can be filled, and processes looked up through /proc (the hosts share this machine's PID namespace), by
+the host user's uid or by the session of a command started here."""
 
 from __future__ import annotations
 
 import pwd
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -81,3 +83,50 @@ def when_started(names: list[str], fleet: SimFleet, then: Callable[[], None]) ->
     thread = threading.Thread(target=wait, daemon=True)
     thread.start()
     return thread
+
+
+def live_processes(*, uid: int | None = None, session: int | None = None, needle: str | None = None) -> list[str]:
+    """`pid: argv` of every process not yet exited that is of `uid`, in `session` and has `needle` in its argv
+    (each where given): a zombie holds nothing, however slowly its parent (a killed sshd session's init) reaps."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            owner = proc.stat().st_uid
+            fields = (proc / "stat").read_bytes().rsplit(b")", 1)[-1].split()
+            argv = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if fields[0] in (b"Z", b"X") or (uid is not None and owner != uid):
+            continue
+        if (session is None or int(fields[3]) == session) and (needle is None or needle in argv):
+            found.append(f"{proc.name}: {argv[:120]}")
+    return found
+
+
+def user_processes(fleet: SimFleet, name: str) -> list[str]:
+    """Every live process the host's user runs (sshd sessions included): none once nothing is connected."""
+    return live_processes(uid=pwd.getpwnam(fleet.host(name).user).pw_uid)
+
+
+def none_left(probe: Callable[[], list[str]], patience: float = 30.0) -> list[str]:
+    """Wait (a liveness bound, not a speed check) until `probe` finds nothing; returns what it last found."""
+    deadline = time.monotonic() + patience
+    while True:
+        left = probe()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+@contextmanager
+def small_filesystem(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at the new directory `path` (0700) for the duration: a disk that can be filled.
+    Mounted before a simulated host starts, at its home, it is that host's disk (its sshd binds the home)."""
+    path.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

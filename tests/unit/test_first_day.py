@@ -16,12 +16,16 @@ from pathlib import Path
 import pexpect
 import pytest
 from fleetsim.__main__ import stop_command
+from helpers.git_repo import git_checkout
 
 from narwhal_assets.cli.interactive import role_shell_command
 from narwhal_assets.cli.main import build_parser
+from narwhal_assets.core.deployment.prepare_inputs import discovery_inputs_digest, input_digests
+from narwhal_assets.core.discovery.manifest import DiscoveryManifest
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.roles import Role
-from narwhal_assets.local.checkout import missing_run_problem, prepared_run_names
+from narwhal_assets.local.checkout import Checkout, missing_run_problem, prepared_run_names
 from narwhal_assets.local.process_env import AccessInEnvironmentWarning, access_variables, scrub_access_variables
 
 PASSWORD = "SENTINEL-PW-first-day"
@@ -102,6 +106,29 @@ def test_prepare_into_an_existing_out_creates_no_run(checkout: Path) -> None:
     assert_input_error(done, checkout, before)
     assert f"--out {out}: exists and is not an empty directory; use a new output directory" in done.stderr
     assert (out / "keep.txt").read_text() == "operator's file\n"
+
+
+def test_prepare_after_env_changed_names_the_variables_never_their_values(checkout: Path) -> None:
+    """A discovery run's manifest as discovery writes it (no host contacted), then `.env` edited."""
+    with (checkout / ".env").open("a") as env:
+        env.write(f"NARWHAL_DEPLOYMENT_REVISION={git_checkout(checkout)}\n")
+    settings = Settings.load(checkout, environ={})
+    inventory = Checkout.from_settings(settings).inventory
+    run = checkout / "runs" / "discovery" / "20260101T000000Z-0a0b0c"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(render_json(DiscoveryManifest(
+        files={}, inputs_sha256=discovery_inputs_digest(settings, inventory),
+        inputs=input_digests(settings, inventory, "5a" * 32),
+    )))  # fmt: skip
+    with (checkout / ".env").open("a") as env:
+        env.write("NARWHAL_NODE_2_SSH='SENTINEL-DEST-moved'\nNARWHAL_ENGINE_MODEL_NAME='SENTINEL-model'\n"
+                  "NARWHAL_NODE_2_SSH_PASSWORD='SENTINEL-PW-rotated'\n")  # fmt: skip
+    before = written(checkout)
+    done = deploy_hosts(checkout, "prepare")
+    assert_input_error(done, checkout, before)
+    assert done.stderr == (f"deploy-hosts prepare: error: changed since discovery run {run}: "
+                           "NARWHAL_ENGINE_MODEL_NAME (set since), NARWHAL_NODE_2_SSH; run `deploy-hosts discover` "
+                           "before preparing\n")  # fmt: skip
 
 
 def test_discover_with_a_broken_inventory_creates_no_run(checkout: Path) -> None:

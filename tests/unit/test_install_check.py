@@ -11,6 +11,8 @@ import pytest
 
 from narwhal_assets.core.deployment.manifest import DeploymentManifest, ManifestHost, PreparedFile, remote_dir_for
 from narwhal_assets.core.deployment.manifest_check import (
+    FIX,
+    REDISCOVER_FIX,
     CurrentAccess,
     destination_sha256,
     expected_targets,
@@ -69,7 +71,7 @@ def current(**changes: CurrentAccess) -> dict[str, CurrentAccess]:
 def problems(run: Path, inventory: Inventory = INVENTORY, **changes: CurrentAccess) -> list[str]:
     with pytest.raises(InputError) as raised:
         verify_manifest(run, load_manifest(run), inventory, current(**changes))
-    assert all(line.endswith("prepare a new run (`deploy-hosts prepare`)") for line in raised.value.problems)
+    assert all(line.endswith((FIX, REDISCOVER_FIX)) for line in raised.value.problems)
     return raised.value.problems
 
 
@@ -106,14 +108,25 @@ def test_changed_prepared_files_are_each_named(tmp_path: Path) -> None:
     assert len(found) == 3
 
 
-def test_changed_destination_and_host_key_name_the_host_never_the_value(tmp_path: Path) -> None:
+@pytest.mark.parametrize("keys_now", [(), (FP_1,)], ids=["no-key-for-the-new-endpoint", "another-hosts-key"])
+def test_a_changed_destination_is_one_line_with_the_whole_way(tmp_path: Path, keys_now: tuple[str, ...]) -> None:
+    """The store's keys for the new endpoint are no key change: only the destination is reported, with every
+    step back to an installable run."""
     make_run(tmp_path)
-    found = problems(tmp_path, node_2=CurrentAccess(destination_sha256("other.sentinel"), (FP_1,)))
-    assert len(found) == 2
-    assert "hosts[node-2].destination_sha256: the destination in NARWHAL_NODE_2_SSH changed since prepare" in found[0]
-    assert "hosts[node-2].host_key_fingerprints: differ" in found[1]
-    assert not any("sentinel" in line for line in found)
-    assert "NARWHAL_NODE_1_SSH is unset now" in problems(tmp_path, node_1=CurrentAccess(None, (FP_1,)))[0]
+    found = problems(tmp_path, node_2=CurrentAccess(destination_sha256("other.sentinel"), keys_now))
+    assert found == [f"{tmp_path}/manifest.json: hosts[node-2].destination_sha256: the destination in "
+                     "NARWHAL_NODE_2_SSH changed since this run was prepared; run `deploy-hosts discover`, then "
+                     "`deploy-hosts prepare`, then install the new run"]  # fmt: skip
+
+
+def test_a_changed_host_key_names_the_host_never_the_value(tmp_path: Path) -> None:
+    make_run(tmp_path)
+    found = problems(tmp_path, node_2=CurrentAccess(destination_sha256(DEST["node-2"]), (FP_1,)))
+    assert found == [f"{tmp_path}/manifest.json: hosts[node-2].host_key_fingerprints: differ from the keys pinned in "
+                     f"the known-hosts store now; {FIX}"]  # fmt: skip
+    unset = problems(tmp_path, node_1=CurrentAccess(None, ()))
+    assert unset == [f"{tmp_path}/manifest.json: hosts[node-1]: NARWHAL_NODE_1_SSH is unset now; {FIX}"]
+    assert not any("sentinel" in line for line in found + unset)
 
 
 def test_inventory_changes_are_named(tmp_path: Path) -> None:

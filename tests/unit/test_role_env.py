@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from narwhal_assets.core.deployment.layout import PublishedSet, host_files
-from narwhal_assets.core.deployment.prepare_inputs import check_revision, discovery_inputs_digest, private_tree_paths
+from narwhal_assets.core.deployment.prepare_inputs import (
+    changed_inputs,
+    check_revision,
+    discovery_inputs_digest,
+    input_digests,
+    private_tree_paths,
+)
 from narwhal_assets.core.deployment.role_env import ExportInputs, RoleEnvironment, build_role_environments, role_sources
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.access_secrets import Needle
@@ -287,6 +293,46 @@ def test_digest_covers_the_inventory_but_not_the_discovered_layer() -> None:
     # The same value from .env or from the process environment is the same input.
     process_only = {k: v for k, v in DOTENV.items() if k != "NARWHAL_MODEL_DIR"}
     assert digest(process_only, process={"NARWHAL_MODEL_DIR": DOTENV["NARWHAL_MODEL_DIR"]}) == digest()
+
+
+SALT = "5a" * 32
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"NARWHAL_NODE_2_SSH": "another-host"}, ["NARWHAL_NODE_2_SSH"]),
+        ({"NARWHAL_ENGINE_MODEL_NAME": "other"}, ["NARWHAL_ENGINE_MODEL_NAME"]),
+        ({"NARWHAL_MAX_NUM_SEQS": "4", "NARWHAL_NODE_3_SSH": "third"}, ["NARWHAL_MAX_NUM_SEQS (set since)",
+                                                                       "NARWHAL_NODE_3_SSH (set since)"]),
+        ({"NARWHAL_FABRIC_INTERFACE": None}, ["NARWHAL_FABRIC_INTERFACE (unset since)"]),
+        ({"NARWHAL_ENGINE_API_KEY": ""}, ["the engine credential's variable"]),
+        ({"NARWHAL_NODE_2_SSH_PASSWORD": "rotated", "NARWHAL_ENGINE_API_KEY": "other key"}, []),
+    ],
+)  # fmt: skip
+def test_changed_inputs_are_named(change: dict[str, str | None], named: list[str]) -> None:
+    """`None` removes the variable."""
+    recorded = input_digests(make_settings(), INVENTORY, SALT)
+    dotenv = {k: v for k, v in {**DOTENV, **change}.items() if v is not None}
+    assert changed_inputs(recorded, make_settings(dotenv), INVENTORY) == named
+
+
+def test_a_changed_inventory_is_named_by_its_file() -> None:
+    recorded = input_digests(make_settings(), INVENTORY, SALT)
+    moved = Inventory(hosts=[INVENTORY.hosts[0], INVENTORY.hosts[1].model_copy(update={"password_env": None})])
+    assert changed_inputs(recorded, make_settings(), moved) == ["the inventory (/checkout/config/hosts.local.json)"]
+
+
+def test_input_digests_hold_names_and_salted_digests_only() -> None:
+    same = {**DOTENV, "NARWHAL_NODE_1_SSH": DEST_2}  # two variables with one value
+    recorded = input_digests(make_settings(same), INVENTORY, SALT)
+    text = recorded.model_dump_json()
+    assert not any(value in text for value in [DEST_1, DEST_2, PASSWORD, DOTENV["NARWHAL_ENGINE_API_KEY"], "demo"])
+    assert "NARWHAL_NODE_2_SSH_PASSWORD" not in recorded.digests and "NARWHAL_ENGINE_API_KEY" not in recorded.digests
+    assert recorded.digests["NARWHAL_NODE_1_SSH"] != recorded.digests["NARWHAL_NODE_2_SSH"]
+    other_salt = input_digests(make_settings(same), INVENTORY, "a5" * 32)
+    assert set(other_salt.digests.values()).isdisjoint(recorded.digests.values())
+    assert input_digests(make_settings(same), INVENTORY, SALT) == recorded
 
 
 def test_private_tree_paths() -> None:

@@ -3,7 +3,8 @@
 A prepared directory may only be installed while it still describes the fleet: the same hosts, roles and
 access variables as the current inventory, the same destinations (compared as SHA-256 digests) and pinned
 host keys, exactly the files the assigned roles need, and every file's bytes as pinned. Every mismatch is
-reported (one line each); the fix is always a new `prepare`.
+reported (one line each) with its fix: a new `prepare`, or for a changed destination (a discovery input)
+discovery, `prepare` and installing the new run.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from narwhal_assets.core.inputs.settings import PROFILING_LIMITS_FILE
 from narwhal_assets.core.roles import Role
 
 FIX = "prepare a new run (`deploy-hosts prepare`)"
+REDISCOVER_FIX = "run `deploy-hosts discover`, then `deploy-hosts prepare`, then install the new run"
 
 
 @dataclass(frozen=True)
@@ -90,32 +92,50 @@ def verify_manifest(
 ) -> None:
     """Raise one InputError naming every way the prepared run differs from the current checkout and files."""
     where = run_dir / MANIFEST_FILE
-    problems = [f"{where}: {p}" for p in _host_problems(manifest, inventory, current)]
-    problems += _file_problems(run_dir, manifest)
-    raise_if([f"{p}; {FIX}" for p in problems])
+    problems = [f"{where}: {problem}; {fix}" for problem, fix in _host_problems(manifest, inventory, current)]
+    problems += [f"{problem}; {FIX}" for problem in _file_problems(run_dir, manifest)]
+    raise_if(problems)
 
 
 def _host_problems(
     manifest: DeploymentManifest, inventory: Inventory, current: Mapping[str, CurrentAccess]
-) -> list[str]:
-    problems = []
+) -> list[tuple[str, str]]:
+    """Each problem with its fix."""
+    problems: list[tuple[str, str]] = []
     pinned = {host.id: host for host in manifest.hosts}
     for entry in inventory.hosts:
         host = pinned.get(entry.id)
         if host is None:
-            problems.append(f"hosts: inventory host {entry.id} is not in the prepared run")
+            problems.append((f"hosts: inventory host {entry.id} is not in the prepared run", FIX))
             continue
-        problems += _entry_problems(host, entry, current.get(entry.id))
-    problems += [f"hosts: {host_id} is not in the current inventory" for host_id in pinned if
+        problems += [(problem, FIX) for problem in _entry_problems(host, entry)]
+        access = _access_problem(host, entry, current.get(entry.id))
+        if access:
+            problems.append(access)
+    problems += [(f"hosts: {host_id} is not in the current inventory", FIX) for host_id in pinned if
                  host_id not in {e.id for e in inventory.hosts}]  # fmt: skip
     if [h.id for h in manifest.hosts if h.id in inventory.host_ids()] != [
         h for h in inventory.host_ids() if h in pinned
     ]:
-        problems.append("hosts: the order differs from the current inventory")
+        problems.append(("hosts: the order differs from the current inventory", FIX))
     return problems
 
 
-def _entry_problems(host: ManifestHost, entry: HostEntry, access: CurrentAccess | None) -> list[str]:
+def _access_problem(host: ManifestHost, entry: HostEntry, access: CurrentAccess | None) -> tuple[str, str] | None:
+    """The destination, else the pinned keys, with the fix. Keys are compared only for an unchanged destination:
+    the store's keys for another endpoint say nothing about a key change."""
+    label = f"hosts[{host.id}]"
+    if access is None or access.destination_sha256 is None:
+        return f"{label}: {entry.ssh_env} is unset now", FIX
+    if access.destination_sha256 != host.destination_sha256:
+        return (f"{label}.destination_sha256: the destination in {entry.ssh_env} changed since this run was "
+                "prepared", REDISCOVER_FIX)  # fmt: skip
+    if sorted(set(access.fingerprints)) != sorted(set(host.host_key_fingerprints)):
+        return f"{label}.host_key_fingerprints: differ from the keys pinned in the known-hosts store now", FIX
+    return None
+
+
+def _entry_problems(host: ManifestHost, entry: HostEntry) -> list[str]:
     label = f"hosts[{host.id}]"
     problems = [
         f"{label}.{name}: differs from the current inventory"
@@ -126,12 +146,6 @@ def _entry_problems(host: ManifestHost, entry: HostEntry, access: CurrentAccess 
         )
         if pinned != now
     ]
-    if access is None or access.destination_sha256 is None:
-        problems.append(f"{label}: {entry.ssh_env} is unset now")
-    elif access.destination_sha256 != host.destination_sha256:
-        problems.append(f"{label}.destination_sha256: the destination in {entry.ssh_env} changed since prepare")
-    if access is not None and sorted(set(access.fingerprints)) != sorted(set(host.host_key_fingerprints)):
-        problems.append(f"{label}.host_key_fingerprints: differ from the keys pinned in the known-hosts store now")
     targets = {f.install_to: f.keep_if_present for f in host.files if f.install_to is not None}
     expected = expected_targets(host.roles)
     for target in sorted(expected.keys() - targets.keys()):

@@ -3,18 +3,21 @@ discovery derived the published config set from are still the current ones.
 
 The discovery-inputs digest covers exactly what discovery reads: the inventory, the destinations, the
 launch-policy and fleet settings, and the paths of the generated files. Passwords, the revision and other
-prepare-only settings are not in it, so changing them needs no new discovery.
+prepare-only settings are not in it, so changing them needs no new discovery. The same inputs digested one
+by one (`input_digests`) let `prepare` name those that changed, never showing a value.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
 from narwhal_assets.core.deployment.manifest import REVISION_RE
+from narwhal_assets.core.discovery.manifest import InputDigests
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.inventory import Inventory
 from narwhal_assets.core.inputs.settings import PATH_DEFAULTS, Layer, Settings
@@ -27,6 +30,9 @@ REVISION_FIX = "set NARWHAL_DEPLOYMENT_REVISION=$(git rev-parse HEAD) (the full 
 PREPARE_ONLY_PATHS = frozenset({"NARWHAL_DEPLOYMENT_ENV_DIR"})
 _NODE_FIELDS = frozenset({f.name for f in FIELDS} | {"ROLE", "SSH"})
 DOTENV_NAME = ".env"
+# The discovery inputs that are not variables, by their name in `InputDigests`.
+INVENTORY_INPUT = "inventory"
+CREDENTIAL_INPUT = "engine_credential"
 
 
 def check_revision(value: str | None) -> str:
@@ -56,8 +62,36 @@ def discovery_inputs(settings: Settings, inventory: Inventory) -> dict[str, Any]
 
 def discovery_inputs_digest(settings: Settings, inventory: Inventory) -> str:
     """SHA-256 of `discovery_inputs`, recorded in the discovery manifest and compared by `prepare`."""
-    text = json.dumps(discovery_inputs(settings, inventory), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(_canonical(discovery_inputs(settings, inventory))).hexdigest()
+
+
+def input_digests(settings: Settings, inventory: Inventory, salt: str) -> InputDigests:
+    """`discovery_inputs` one by one: each variable, the inventory and the credential's variable, by name ->
+    HMAC-SHA256 of the name and value keyed by `salt` (hex)."""
+    inputs = discovery_inputs(settings, inventory)
+    named = {**inputs["settings"], INVENTORY_INPUT: inputs["inventory"], CREDENTIAL_INPUT: inputs["engine_credential"]}
+    key = bytes.fromhex(salt)
+    return InputDigests(salt=salt, digests={
+        name: hmac.new(key, _canonical([name, value]), hashlib.sha256).hexdigest() for name, value in named.items()
+    })  # fmt: skip
+
+
+def changed_inputs(recorded: InputDigests, settings: Settings, inventory: Inventory) -> list[str]:
+    """The discovery inputs whose value differs now from the one `recorded` digested, by name (a variable set
+    or unset since then says so); never a value."""
+    now = input_digests(settings, inventory, recorded.salt).digests
+    labels = {INVENTORY_INPUT: f"the inventory ({settings.hosts_path})",
+              CREDENTIAL_INPUT: "the engine credential's variable"}  # fmt: skip
+    changed = []
+    for name in sorted(recorded.digests.keys() | now.keys()):
+        if recorded.digests.get(name) != now.get(name):
+            state = " (unset since)" if name not in now else " (set since)" if name not in recorded.digests else ""
+            changed.append(labels.get(name, name) + state)
+    return changed
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def private_tree_paths(tree: Iterable[str], private: Iterable[str]) -> list[str]:

@@ -4,8 +4,10 @@
 covers each entry, and `prepare` refuses a revision whose tree holds any of them. The manifest, published
 last, marks a run complete and lists every file of its config set with its SHA-256, so the inventory
 sensor can tell discovery's own writes from an operator's edit and `prepare` can refuse a set made from
-other inputs. Runs written before `inputs_sha256` existed still read (it is then None, and `prepare`
-asks for a new discovery).
+other inputs. `inputs` lets `prepare` name the inputs that changed without the manifest holding any value:
+per input name, an HMAC-SHA256 of its value keyed by a random per-run salt. Runs written before
+`inputs_sha256` or `inputs` existed still read (they are then None: `prepare` asks for a new discovery
+without naming what changed).
 """
 
 from __future__ import annotations
@@ -42,6 +44,18 @@ def generated_paths(settings: Settings) -> list[Path]:
     return list(dict.fromkeys(path for paths in GENERATED_FILES.values() for path in paths(settings)))
 
 
+class InputDigests(Record):
+    """Each discovery input by name -> HMAC-SHA256 of its value keyed by `salt`.
+
+    The salt is random per run and the name is part of each digest, so no precomputed table applies and equal
+    values (across runs or variables) do not show; a guess can still be checked, as against the deployment
+    manifest's destination digests. Passwords and the credential's value are no discovery inputs: not here.
+    """
+
+    salt: str = Field(pattern=SHA256_RE.pattern)  # 32 random bytes, hex
+    digests: dict[str, Sha256]
+
+
 class DiscoveryManifest(Record):
     """`manifest.json` of a complete discovery run; the field order is the on-disk key order."""
 
@@ -51,6 +65,8 @@ class DiscoveryManifest(Record):
     files: dict[str, Sha256]
     # `discovery_inputs_digest` of the inventory and settings the set was derived from.
     inputs_sha256: Sha256 | None = None
+    # The same inputs one by one, so `prepare` can name those that changed.
+    inputs: InputDigests | None = None
 
     @classmethod
     def load(cls, run_dir: Path) -> DiscoveryManifest:
