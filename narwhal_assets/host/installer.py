@@ -9,7 +9,7 @@ so the stream needs no framing. The one stdout line is a JSON report parsed by
 Actions, all on `~/<remote_dir>` (created with umask 077):
 - `inspect`: read-only. Which files are present with the right hash; when the completion marker names the
   revision, verify everything (files, placed files, HEAD, clean tree): outcome `reused`.
-- `install`: under the lock (`mkdir .install-lock`, owner info inside, removed when this program exits),
+- `install`: under the lock (`.install-lock`, owner info inside, removed when this program exits),
   receive each file to a temporary name, hash-check it, link it into place; clone the bundle into
   `checkout/`, require HEAD == revision and a clean tree, place role files, create `.venv`, run the install
   and check commands: outcome `ready`. The marker is NOT written here: a host whose connection died
@@ -40,9 +40,14 @@ What this program trusts, never follows, never runs (every action):
   leaves when it completed (a half-made one is rebuilt); the marker is written only over all of them.
 - git: no system or global config, no inherited `GIT_*` variable, no hooks, no fsmonitor, no replace
   objects, no index refresh; an index flag that hides changes (assume-unchanged, skip-worktree) is a tamper.
-- The lock: at most one installer per deployment directory; a stale lock is taken over under an exclusive
-  `flock` of the deployment directory (re-judged there, renamed away, then a fresh lock), and an installer
-  removes only a lock whose owner record is its own.
+- The lock: at most one installer per deployment directory. It is made complete or not at all (a directory
+  of the installer's own with its flushed owner record, renamed to `.install-lock`: a held lock is never
+  empty, and a rename never replaces a non-empty directory), and made, judged, taken over when stale
+  (renamed away, then a fresh lock) and swept of killed installers' lock directories only under an
+  exclusive `flock` of the deployment directory; an installer removes only a lock whose owner record is its
+  own, renaming it away before deleting it. A lock without a readable owner record (an older installer's,
+  killed between `mkdir` and writing it, or one made by hand) is stale once unchanged for 600 s or since
+  before this boot.
 """
 
 from __future__ import annotations
@@ -82,6 +87,12 @@ GIT_TIMEOUT_S = 600.0
 # (`SshSettings.command_timeout_s`, 600 s) gives up on the whole connection.
 ACTION_BUDGET_S = 540.0
 OWNER_LIMIT = 4096
+# A lock with no readable owner record is never made by this version (its lock appears complete or not at
+# all) but by hand, or left by an older installer killed (or out of disk) between `mkdir` and writing it.
+# It holds until it has not changed for longer than any installer run lasts (the workstation's command
+# timeout, 600 s, ends the run), or since before this boot; then it is stale like a dead owner's.
+OWNERLESS_STALE_S = 600.0
+LOCK_WAIT_S = 60.0  # the longest wait for the deployment directory's flock (held only to change the lock)
 FILE_SET_LIMIT = 256
 GIT_OUTPUT_LIMIT = 64 << 20
 ACTIONS = ("inspect", "install", "commit", "activate", "status", "prune")
@@ -123,6 +134,7 @@ class Installer:
         self.received = 0
         self.bytes_received = 0
         self.lock_owner: dict | None = None  # the owner record of the lock this installer holds
+        self.notes: list = []  # what the report says besides its outcome (a stale lock taken over)
         self.temps: list = []
         self.budget = float(params.get("budget_s", ACTION_BUDGET_S))
         self.deadline = time.monotonic() + self.budget
@@ -393,75 +405,118 @@ class Installer:
     # ----------------------------------------------------------------- lock
 
     def lock(self) -> None:
-        """`mkdir .install-lock` with this installer's owner record. A lock whose owner is gone (killed host
-        session) is taken over atomically: under an exclusive `flock` of the deployment directory (one
-        takeover at a time) the lock is judged again, renamed to a name of this installer's own (it is gone
-        at once for every racer), its owner's leftovers removed, and a fresh lock made; a racer that judged
-        the same stale lock finds the fresh one held when its turn comes."""
+        """Take `.install-lock` for this installer, or fail the `lock` gate naming who holds it.
+
+        Everything that makes, judges or takes over the lock happens under an exclusive `flock` of the
+        deployment directory (`lock_guard`), so no two installers of this version do it at once. The lock is
+        made complete or not at all (`make_lock`): a held lock always holds its owner record. A stale lock
+        (`take_over`) is renamed to a name of this installer's own (gone at once for every racer), its dead
+        owner's leftovers removed, and a fresh lock made; then the lock directories a killed installer left
+        under other names (`.install-lock.new-*`, `.stale-*`, `.done-*`) are removed."""
         where = self.path(LOCK)
         mine = {"pid": os.getpid(), "start": start_ticks(os.getpid()), "boot": boot_id(),
                 "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "by": self.params.get("owner", ""),
                 "token": os.urandom(16).hex()}  # fmt: skip
-        if self.make_lock(where, mine):
-            return
-        with self.takeover_guard():
-            stale = self.stale_owner(where)
-            if stale is not None:
-                gone = self.path(f"{LOCK}.stale-{mine['token']}")
-                os.rename(where, gone)
-                self.discard_leftovers(stale)
-                shutil.rmtree(gone, ignore_errors=True)
-            if not self.make_lock(where, mine):  # another installer made one while the stale lock was away
-                raise GateFailure("lock", f"{LOCK} is held by {_describe_owner(_read_owner(where))}")
+        with self.lock_guard():
+            if not self.make_lock(where, mine):
+                self.take_over(where, mine["token"])
+                if not self.make_lock(where, mine):  # an older installer (no guard) made one meanwhile
+                    raise GateFailure("lock", f"{LOCK} is held by {_describe_owner(_read_owner(where))}")
+            self.remove_lock_leftovers()
 
     def make_lock(self, where: str, mine: dict) -> bool:
-        """Create the lock and its owner record (complete or absent, never half); False when it exists."""
-        try:
-            os.mkdir(where, 0o700)
-        except FileExistsError:
+        """Make the lock complete or not at all; False when `where` exists. A directory of this installer's
+        own (`.install-lock.new-<token>`) gets the owner record, flushed to disk, then is renamed to
+        `.install-lock`: a kill at any point leaves either no lock or a complete one (and maybe that
+        temporary directory, which `remove_lock_leftovers` deletes later). `rename` never replaces a lock
+        made meanwhile: a lock is never an empty directory, and a non-empty one (or a non-directory) makes
+        it fail."""
+        if os.path.lexists(where):
             return False
-        self.lock_owner = mine
-        temp = os.path.join(where, f".{LOCK_OWNER}.part")
-        with _naming(os.path.join(where, LOCK_OWNER)):
-            _write_new(temp, json.dumps(mine).encode("ascii"))
-        os.rename(temp, os.path.join(where, LOCK_OWNER))
-        return True
+        temp = self.path(f"{LOCK}.new-{mine['token']}")
+        os.mkdir(temp, 0o700)
+        try:
+            with _naming(os.path.join(where, LOCK_OWNER)):
+                _write_new(os.path.join(temp, LOCK_OWNER), json.dumps(mine).encode("ascii"))
+                _fsync_dir(temp)
+            self.lock_owner = mine  # before the rename: a signal right after it still releases the lock
+            try:
+                os.rename(temp, where)
+            except OSError as exc:
+                self.lock_owner = None
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                    return False
+                raise
+            return True
+        finally:
+            _remove_lock_dir(self.base, os.path.basename(temp))  # gone already once renamed
 
     @contextlib.contextmanager
-    def takeover_guard(self):  # type: ignore[no-untyped-def]
-        """An exclusive `flock` of the deployment directory itself (released by the kernel if we die)."""
+    def lock_guard(self):  # type: ignore[no-untyped-def]
+        """An exclusive `flock` of the deployment directory itself (released by the kernel if we die), waited
+        for at most LOCK_WAIT_S: its holders only make, judge or remove lock directories."""
         fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            waited = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > waited:
+                        raise GateFailure("lock", f"{LOCK}: another installer kept the deployment directory's "
+                                          f"flock for {LOCK_WAIT_S:.0f} s") from None  # fmt: skip
+                    time.sleep(0.01)
             yield
         finally:
             os.close(fd)
 
-    def stale_owner(self, where: str) -> dict | None:
-        """The owner record of a stale lock at `where`; None when there is none. A lock held by a live
-        process, one without a readable owner record, or a symlink fails the `lock` gate."""
-        try:
-            info = os.lstat(where)
-        except FileNotFoundError:
-            return None
-        if not stat.S_ISDIR(info.st_mode):
-            raise GateFailure("lock", f"{LOCK} is {_kind(info)} (left as it is)")
-        owner = _read_owner(where)
-        if owner is None or _process_alive(owner):
-            raise GateFailure("lock", f"{LOCK} is held by {_describe_owner(owner)}")
-        return owner
+    def take_over(self, where: str, token: str) -> None:
+        """Remove the stale lock at `where` (nothing when it is gone), saying so in the report's notes; a held
+        lock, or a symlink or non-directory there, fails the `lock` gate and is left as it is."""
+        verdict, owner, why = _judge_lock(where)
+        if verdict == "absent":
+            return
+        if verdict != "stale":
+            raise GateFailure("lock", why)
+        gone = f"{LOCK}.stale-{token}"
+        os.rename(where, self.path(gone))
+        if owner is not None:
+            self.discard_leftovers(owner)
+        _remove_lock_dir(self.base, gone)
+        self.notes.append(f"{why}: taken over")
 
     def unlock(self) -> None:
-        """Remove the lock only while its owner record is this installer's: never one taken over or replaced."""
+        """Remove the lock only while its owner record is this installer's: never one taken over or replaced.
+        It is renamed away first (gone at once: `.install-lock` is never an empty directory), then deleted."""
         if self.lock_owner is None:
             return
         where = self.path(LOCK)
         if _read_owner(where) == self.lock_owner:
-            gone = self.path(f"{LOCK}.done-{self.lock_owner['token']}")
+            gone = f"{LOCK}.done-{self.lock_owner['token']}"
             with contextlib.suppress(OSError):
-                os.rename(where, gone)
-                shutil.rmtree(gone, ignore_errors=True)
+                os.rename(where, self.path(gone))
+                _remove_lock_dir(self.base, gone)
         self.lock_owner = None
+
+    def remove_lock_leftovers(self) -> None:
+        """Delete the lock directories killed installers left under their own names: `.install-lock.new-*`
+        (killed while making the lock), `.stale-*` (while taking one over), `.done-*` (while releasing one).
+        Called under `lock_guard`, so no live installer of this version is making or taking over a lock: none
+        of them is a lock or will become one. A stale lock renamed away by a taker killed before it finished
+        still has its dead owner's leftovers removed first. Only real directories holding nothing but regular
+        files are deleted (no symlink followed); anything else is left as it is."""
+        names: list = []
+        with contextlib.suppress(OSError), os.scandir(self.base) as entries:
+            names = [e.name for e in itertools.islice(entries, ENTRY_LIMIT) if _lock_leftover(e.name)]
+        for name in names:
+            owner = _read_owner(self.path(name)) if name.startswith(f"{LOCK}.stale-") else None
+            if owner is not None and not _process_alive(owner):
+                self.discard_leftovers(owner)
+        removed = sum(_remove_lock_dir(self.base, name) for name in names)
+        if removed:
+            self.notes.append(f"removed {removed} lock director{'y' if removed == 1 else 'ies'} left by killed "
+                              "installers")  # fmt: skip
 
     def discard_leftovers(self, owner: dict) -> None:
         """Remove what the dead owner of a stale lock left half-made: names ending in `.part-<its pid>`, only
@@ -582,8 +637,7 @@ class Installer:
         found["file_set"] = file_set.decode("ascii", "replace").strip()[:64] if file_set is not None else None
         found["revision"] = marker.strip()[:64] if marker else None
         found["installed_at"] = os.lstat(os.path.join(where, MARKER)).st_mtime if marker else None
-        lock = os.path.join(where, LOCK)
-        if os.path.lexists(lock) and _process_alive(_read_owner(lock)):
+        if _judge_lock(os.path.join(where, LOCK))[0] == "held":  # an install in progress (or a symlink)
             return {**found, "state": "locked"}
         found["state"] = "installed" if marker else "incomplete"
         if not known or marker is None:
@@ -634,6 +688,8 @@ class Installer:
             one.lock()
         except GateFailure as failure:
             return failure.message
+        finally:
+            self.notes += [f"{name}: {note}" for note in one.notes]
         try:
             if _current_target(self.top) == name:
                 return "current points at it"
@@ -927,10 +983,98 @@ def _read_owner(lock_dir: str) -> dict | None:
     return owner if isinstance(owner, dict) else None
 
 
+def _judge_lock(where: str) -> tuple:
+    """What the lock at `where` is: ("absent", None, ""), ("held", owner or None, why) or ("stale", owner or
+    None, why). Held: its owner process runs, or it has no readable owner record and changed less than
+    OWNERLESS_STALE_S ago in this boot, or it is a symlink or not a directory (left as it is, never read).
+    Stale: its owner is gone, or it has had no readable owner record for longer."""
+    try:
+        info = os.lstat(where)
+    except FileNotFoundError:
+        return "absent", None, ""
+    if not stat.S_ISDIR(info.st_mode):
+        return "held", None, f"{LOCK} is {_kind(info)} (left as it is)"
+    owner = _read_owner(where)
+    if owner is not None:
+        if _process_alive(owner):
+            return "held", owner, f"{LOCK} is held by {_describe_owner(owner)}"
+        return "stale", owner, f"{LOCK} of {_describe_owner(owner)} was stale (that process is gone)"
+    age = time.time() - info.st_mtime
+    if info.st_mtime < boot_time():
+        since = "since before this boot"
+    elif age > OWNERLESS_STALE_S:
+        since = f"for {age:.0f} s"
+    else:
+        return "held", None, f"{LOCK} is held by {_describe_owner(None)}"
+    return "stale", None, f"{LOCK} had no readable {LOCK_OWNER} {since} (an installer killed while making it)"
+
+
+def _lock_leftover(name: str) -> bool:
+    """`.install-lock.new-<token>`, `.stale-<token>` or `.done-<token>`: a lock directory under another name."""
+    kind, _, token = name[len(LOCK) + 1 :].partition("-") if name.startswith(LOCK + ".") else ("", "", "")
+    return kind in ("new", "stale", "done") and len(token) == 32 and all(c in "0123456789abcdef" for c in token)
+
+
+def _remove_lock_dir(parent: str, name: str) -> bool:
+    """Delete the directory `name` in `parent` if it holds nothing but regular files (a lock's owner record,
+    an older installer's `.owner.json.part`): opened by `dir_fd` without following a symlink, each entry
+    `lstat`ed there. False, leaving it as it is, when it is missing, a symlink, not a directory, or holds
+    anything else; another process deleting it at the same time is fine."""
+    try:
+        top = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+        try:
+            names = os.listdir(fd)
+            if len(names) > ENTRY_LIMIT:
+                return False
+            for entry in names:
+                with contextlib.suppress(FileNotFoundError):
+                    if not stat.S_ISREG(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+                        return False
+            for entry in names:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry, dir_fd=fd)
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=top)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(top)
+
+
+def _fsync_dir(path: str) -> None:
+    """Flush a directory's entries to disk (where the file system can)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def boot_time() -> float:
+    """When this boot began (seconds since the epoch, `btime` of /proc/stat); 0 when unknown."""
+    try:
+        with open("/proc/stat", "rb") as handle:  # after the per-CPU and interrupt lines, however long
+            for line in handle:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
 def _process_alive(owner: dict | None) -> bool:
     """Whether the lock's owner still runs: same boot, and its pid is the same process (start time matches).
 
-    An owner that cannot be read (a lock made by hand, or one whose owner died before writing it) holds.
+    No owner record (None), or one without a pid, holds: `_judge_lock` decides when such a lock is stale.
     """
     if owner is None:
         return True
@@ -989,6 +1133,8 @@ def main(params_json: str) -> None:
         installer.cleanup()
         installer.unlock()
         _drain_stdin()
+    if installer.notes:
+        report["notes"] = [note[:500] for note in installer.notes[:ENTRY_LIMIT]]
     report.update(
         **installer.detail, files=installer.states, files_verified=installer.verified,
         files_received=installer.received, bytes_received=installer.bytes_received, steps=installer.steps,

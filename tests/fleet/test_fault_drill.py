@@ -20,14 +20,13 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from fleetsim import SimFleet
 from helpers.deploy_hosts import run_dirs
-from helpers.faults import STALL, host_tool, started_marker, when_started
+from helpers.faults import STALL, host_tool, small_filesystem, started_marker, when_started
 from helpers.files import read_json, snapshot
 from helpers.fleet_checkout import MODEL, MODEL_CONFIG, WEIGHTS, make_checkout
 
@@ -64,17 +63,6 @@ def checkout(tmp_path: Path, fleet: SimFleet) -> Path:
     with (root / ".env").open("a", encoding="utf-8") as env:
         env.write("\n".join(destinations) + "\n")
     return root
-
-
-@contextmanager
-def small_filesystem(path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of `size` mounted at `path` (0700) for the duration: a disk that can be filled."""
-    path.mkdir(mode=0o700)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def fill(filesystem: Path) -> None:

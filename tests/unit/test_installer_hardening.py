@@ -1,8 +1,8 @@
 """What the host installer trusts, never follows and never runs (docs/install.md), tested by running the real
 installer locally as a host would (`BOOTSTRAP` under `python3 -I -S`, its own HOME, real git, real files):
-half-made virtualenvs, racing stale-lock takeovers, symlinks and FIFOs where the installer reads or writes,
-hostile git configuration, a full disk and a hanging command; plus the workstation rules beside it (gates,
-escaping, private prepared runs, drift while an install runs)."""
+half-made virtualenvs, racing lock takeovers, lock code killed at each step, symlinks and FIFOs where the
+installer reads or writes, hostile git configuration, a full disk and a hanging command; plus the workstation
+rules beside it (gates, escaping, private prepared runs, drift while an install runs)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -31,8 +32,11 @@ from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.host import installer
 from narwhal_assets.local.privatefiles import non_private
 from narwhal_assets.protocols.install import (
+    BOOTSTRAP,
     DeploymentEntry,
     Gate,
+    install_stream,
+    installer_script,
     parse_install_report,
     terminal_safe,
 )
@@ -153,26 +157,214 @@ one.unlock()
 print(json.dumps({"held": True, "alone": alone, "still_mine": still_mine}))
 """
 
+# The installer's own lock code, killed (SIGKILL) at one point: before its n-th `_write_new` ("write"), or
+# before or after its n-th `os.rename` ("before", "after"), while it takes and then releases the lock.
+KILLED = """
+import os, signal, sys
+namespace = {"__name__": "installer"}
+exec(compile(open(sys.argv[1]).read(), "installer", "exec"), namespace)
+when, n = sys.argv[3], int(sys.argv[4])
+calls = {"write": 0, "rename": 0}
+write, rename = namespace["_write_new"], os.rename
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def killing_write(*args):
+    calls["write"] += 1
+    if when == "write" and calls["write"] == n:
+        die()
+    return write(*args)
+
+def killing_rename(*args):
+    calls["rename"] += 1
+    if when == "before" and calls["rename"] == n:
+        die()
+    rename(*args)
+    if when == "after" and calls["rename"] == n:
+        die()
+
+namespace["_write_new"], os.rename = killing_write, killing_rename
+one = namespace["Installer"]({"remote_dir": sys.argv[2], "owner": "killed"})
+one.lock()
+one.unlock()
+"""
+
+HOLDER = """
+import os, sys
+namespace = {"__name__": "installer"}
+exec(compile(open(sys.argv[1]).read(), "installer", "exec"), namespace)
+one = namespace["Installer"]({"remote_dir": sys.argv[2], "owner": "holder"})
+one.lock()
+print("held", flush=True)
+sys.stdin.readline()
+one.unlock()
+"""
+
 
 def stale_lock(base: Path) -> None:
     """A lock whose owner (a process that ran and exited) is gone, as a killed host session leaves it."""
+    (base / ".install-lock").mkdir(parents=True)
+    (base / ".install-lock" / "owner.json").write_text(json.dumps(dead_owner()))
+
+
+def dead_owner() -> dict[str, object]:
     gone = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    (base / ".install-lock").mkdir(parents=True)
-    owner = {"pid": int(gone.stdout), "start": "1", "boot": boot, "since": "2026-01-01T00:00:00Z", "by": "dead"}
-    (base / ".install-lock" / "owner.json").write_text(json.dumps(owner))
+    return {"pid": int(gone.stdout), "start": "1", "boot": boot, "since": "2026-01-01T00:00:00Z", "by": "dead",
+            "token": "0" * 32}  # fmt: skip
 
 
-def test_two_installers_racing_for_a_stale_lock_never_both_hold_it(tmp_path: Path) -> None:
+def ownerless_lock(base: Path, age_s: float, partial: bool = False) -> Path:
+    """`.install-lock` without an owner record, unchanged for `age_s`: what an older installer left when killed
+    (or out of disk) between its `mkdir` and writing `owner.json` (`partial`: while writing it)."""
+    lock = base / ".install-lock"
+    lock.mkdir(parents=True)
+    if partial:
+        (lock / ".owner.json.part").write_text('{"pid": 12')
+    then = time.time() - age_s
+    os.utime(lock, (then, then))
+    return lock
+
+
+def lock_leftovers(base: Path) -> list[str]:
+    return sorted(p.name for p in base.iterdir() if p.name.startswith(".install-lock"))
+
+
+def raw_call(host: Host, action: str, **extra: object) -> dict[str, Any]:
+    """One installer run like `Host.call` (no file sent), as the raw report: with what the models drop."""
+    script = installer_script({**host.params, "action": action, "send": [], **extra})
+    env = {"HOME": str(host.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+    done = subprocess.run(["sh", "-c", BOOTSTRAP], input=install_stream(script, [b""]), capture_output=True,
+                          env=env, timeout=QUICK_S * 4, check=True)  # fmt: skip
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def deployment_state(host: Host) -> str:
+    return host.status(**host.known())[DEPLOYMENT].state
+
+
+def test_a_lock_left_without_its_owner_record_holds_only_until_it_is_stale(done: Host) -> None:
+    """An older installer killed (or out of disk) between `mkdir .install-lock` and writing `owner.json` left a
+    lock no one owns, which blocked every later install for good. It holds (and `status` calls the deployment
+    locked) only while it could still be an installer making it: changed less than 600 s ago in this boot.
+    Then the next install takes it over, saying so; `status` no longer calls it locked. A live installer's
+    lock (made by renaming a complete lock directory into place) is `locked` for as long as it runs: a host
+    with an install in progress is not drifting."""
+    holder = subprocess.Popen([sys.executable, "-I", "-S", "-c", HOLDER, str(INSTALLER), REMOTE_DIR],
+                              env={"HOME": str(done.home), "PATH": "/usr/bin:/bin"}, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert deployment_state(done) == "locked"
+        since = json.loads((done.base / ".install-lock" / "owner.json").read_text())["since"]
+        report = done.call("commit")
+        assert report.gate == "lock"
+        assert report.message == f".install-lock is held by holder (pid {holder.pid}) since {since}"
+    finally:
+        holder.communicate("done\n", timeout=QUICK_S)
+    assert deployment_state(done) == "installed"
+    assert lock_leftovers(done.base) == []
+
+    for partial in (False, True):
+        lock = ownerless_lock(done.base, 10, partial)
+        report = raw_call(done, "commit")
+        assert (report["outcome"], report["gate"]) == ("failed", "lock")
+        assert report["message"] == ".install-lock is held by an unknown owner (no readable owner.json)"
+        assert deployment_state(done) == "locked"
+        assert lock.is_dir(), "a lock that still holds is never removed"
+
+        old = time.time() - installer.OWNERLESS_STALE_S - 60
+        os.utime(lock, (old, old))
+        assert deployment_state(done) == "installed", "an ownerless stale lock is no install in progress"
+        report = raw_call(done, "commit")
+        assert report["outcome"] == "installed", report
+        [note] = report["notes"]
+        assert re.fullmatch(r"\.install-lock had no readable owner\.json (for \d+ s|since before this boot) \(an "
+                            r"installer killed while making it\): taken over", note), note  # fmt: skip
+        assert lock_leftovers(done.base) == []
+
+    # unchanged since before this boot: no installer of this boot is making it, so it is stale at once
+    lock = ownerless_lock(done.base, 0)
+    before_boot = installer.boot_time() - 60
+    os.utime(lock, (before_boot, before_boot))
+    report = raw_call(done, "commit")
+    assert report["outcome"] == "installed", report
+    assert report["notes"] == [".install-lock had no readable owner.json since before this boot (an installer "
+                               "killed while making it): taken over"]  # fmt: skip
+    assert lock_leftovers(done.base) == []
+
+
+def test_an_installer_killed_anywhere_in_its_lock_code_leaves_nothing_that_blocks(done: Host, tmp_path: Path) -> None:
+    """Rule: every multi-file change is all-or-nothing under SIGKILL. The installer's own lock code, killed at
+    each step of taking and releasing the lock: `status` never calls the deployment locked afterwards, the next
+    install succeeds (taking over what is stale), and no lock directory is left behind. Lock directories under
+    other names that hold more than regular files (a symlink, a directory, a FIFO) are left as they are, and nothing a
+    symlink leads to is touched."""
+    argv = [sys.executable, "-I", "-S", "-c", KILLED, str(INSTALLER), REMOTE_DIR]
+    env = {"HOME": str(done.home), "PATH": "/usr/bin:/bin"}
+    # before writing the owner record; before and after its rename into place; before and after the release
+    # renames it away; and, from a stale lock, after renaming that away
+    lock = ".install-lock"
+    points = [("write", 1, f"{lock}.new"), ("before", 1, f"{lock}.new"), ("after", 1, lock), ("before", 2, lock),
+              ("after", 2, f"{lock}.done"), ("stale", 1, f"{lock}.stale")]  # fmt: skip
+    for when, n, left in points:
+        if when == "stale":  # the dead owner's half-made file is removed all the same
+            stale_lock(done.base)
+            dead = json.loads((done.base / lock / "owner.json").read_text())["pid"]
+            part = done.base / f".source.bundle.part-{dead}"
+            part.write_text("half")
+            when = "after"
+        killed = subprocess.run([*argv, when, str(n)], env=env, capture_output=True, text=True, check=False)
+        assert killed.returncode == -9, (when, n, killed.stderr)
+        assert [re.sub(r"-[0-9a-f]{32}$", "", name) for name in lock_leftovers(done.base)] == [left], (when, n)
+        assert deployment_state(done) == "installed", (when, n, lock_leftovers(done.base))
+        report = raw_call(done, "commit")
+        assert report["outcome"] == "installed", (when, n, report)
+        assert lock_leftovers(done.base) == [], (when, n)
+    assert not part.exists()
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "owner.json").write_text("keep\n")
+    kept = {f".install-lock.new-{'1' * 32}": lambda p: (p / "owner.json").symlink_to(victim / "owner.json"),
+            f".install-lock.done-{'2' * 32}": lambda p: (p / "sub").mkdir(),
+            f".install-lock.stale-{'3' * 32}": lambda p: os.mkfifo(p / "owner.json")}  # fmt: skip
+    for name, fill_in in kept.items():
+        (done.base / name).mkdir()
+        fill_in(done.base / name)
+    (done.base / f".install-lock.new-{'4' * 32}").symlink_to(victim)
+    removable = done.base / f".install-lock.new-{'5' * 32}"
+    removable.mkdir()
+    (removable / "owner.json").write_text(json.dumps(dead_owner()))
+    report = raw_call(done, "commit")
+    assert report["outcome"] == "installed", report
+    assert report["notes"] == ["removed 1 lock directory left by killed installers"]
+    assert lock_leftovers(done.base) == sorted([*kept, f".install-lock.new-{'4' * 32}"])
+    assert (victim / "owner.json").read_text() == "keep\n" and sorted(os.listdir(victim)) == ["owner.json"]
+
+
+def test_two_installers_racing_for_a_lock_never_both_hold_it(tmp_path: Path) -> None:
     """Rule: at most one installer per deployment directory at any moment. 200 rounds of two processes
-    running the installer's own lock code at once against one stale lock: never two holders, and a lock
-    is never removed from under its holder by the other."""
+    running the installer's own lock code at once: against a stale lock, against no lock (both making one),
+    against an older installer's ownerless lock, and beside lock directories killed installers left: never
+    two holders, a lock is never removed from under its holder by the other, and nothing is left behind."""
     home = tmp_path / "home"
     base = home / REMOTE_DIR
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    setups = {
+        "stale lock": stale_lock,
+        "no lock": lambda base: base.mkdir(parents=True, exist_ok=True),
+        "ownerless lock": lambda base: ownerless_lock(base, installer.OWNERLESS_STALE_S + 60, partial=True),
+        "killed installers' lock directories": lambda base: [
+            (base / f".install-lock.{kind}-{os.urandom(16).hex()}").mkdir(parents=True) for kind in ("new", "done")],
+    }  # fmt: skip
     holders = 0
     for round_ in range(200):
-        stale_lock(base)
+        what = list(setups)[round_ % len(setups)]
+        setups[what](base)
         argv = [sys.executable, "-I", "-S", "-c", RACER, str(INSTALLER), REMOTE_DIR]
         racers = [subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                   for _ in range(2)]  # fmt: skip
@@ -182,11 +374,11 @@ def test_two_installers_racing_for_a_stale_lock_never_both_hold_it(tmp_path: Pat
             racer.stdin.flush()
         results = [json.loads(racer.communicate(timeout=QUICK_S)[0]) for racer in racers]
         held = [r for r in results if r["held"]]
-        assert held, f"round {round_}: nobody took over the stale lock: {results}"
-        assert all(r["alone"] and r["still_mine"] for r in held), f"round {round_}: {results}"
+        assert held, f"round {round_} ({what}): nobody took the lock: {results}"
+        assert all(r["alone"] and r["still_mine"] for r in held), f"round {round_} ({what}): {results}"
         holders += len(held)
-        assert not (base / ".install-lock").exists(), f"round {round_}: the holder left its lock"
-        assert sorted(p.name for p in base.iterdir()) == [], f"round {round_}: leftovers"
+        assert not (base / ".install-lock").exists(), f"round {round_} ({what}): the holder left its lock"
+        assert sorted(p.name for p in base.iterdir()) == [], f"round {round_} ({what}): leftovers"
     assert holders >= 200
 
 
