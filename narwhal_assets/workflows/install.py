@@ -14,6 +14,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -335,11 +336,12 @@ class HostLog:
     def script(self, action: str, script: str) -> None:
         """The command line and the script it ran; the unchanged installer source is written once per log."""
         source = installer_source()
-        digest = hashlib.sha256(source.encode()).hexdigest()
+        digest = _source_digest()
         head = f"# installer source sha256 {digest}\n"
-        if self._contains(head):
+        if self._holds(head):
             script = script.replace(source.rstrip(), f"# (installer source sha256 {digest}, logged above)")
         self._append(f"\n=== {_now()} {action}\n$ {BOOTSTRAP}\n{head}--- script on stdin ---\n{script}")
+        _SOURCE_LOGGED.add(self.path)
 
     def result(self, rc: int, stdout: bytes, stderr: bytes) -> None:
         self._append(f"--- exit status {rc} ---\n--- stdout ---\n{_clip(stdout)}--- stderr ---\n{_clip(stderr)}")
@@ -354,9 +356,12 @@ class HostLog:
     def note(self, text: str) -> None:
         self._append(f"# {_now()} {text}\n")
 
-    def _contains(self, line: str) -> bool:
+    def _holds(self, head: str) -> bool:
+        """Whether the log already holds the installer source: read once per process, not once per call."""
+        if self.path in _SOURCE_LOGGED:
+            return True
         try:
-            return line in self.path.read_text(encoding="utf-8", errors="replace")
+            return head in self.path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return False
 
@@ -367,6 +372,15 @@ class HostLog:
             os.write(fd, (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace"))
         finally:
             os.close(fd)
+
+
+# Host logs this process has written the installer source into (or found it in).
+_SOURCE_LOGGED: set[Path] = set()
+
+
+@cache
+def _source_digest() -> str:
+    return hashlib.sha256(installer_source().encode()).hexdigest()
 
 
 def _clip(data: bytes) -> str:
