@@ -120,12 +120,19 @@ class InstallReport(BaseModel):
     removed: list[DeploymentId] = Field(default_factory=list, max_length=ENTRY_LIMIT)
     kept: dict[DeploymentId, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict,
                                                                             max_length=ENTRY_LIMIT)  # fmt: skip
+    # What the installer did besides its action (a stale lock taken over, killed installers' leftovers removed)
+    notes: list[Annotated[str, Field(max_length=600)]] = Field(default_factory=list, max_length=ENTRY_LIMIT)
 
     @field_validator("current", "message")
     @classmethod
     def _printable(cls, value: str | None) -> str | None:
         """Host text reaches the operator's terminal: control and other unprintable characters are escaped."""
         return None if value is None else terminal_safe(value)
+
+    @field_validator("notes")
+    @classmethod
+    def _printable_notes(cls, value: list[str]) -> list[str]:
+        return [terminal_safe(note) for note in value]
 
     @field_validator("gate")
     @classmethod

@@ -13,7 +13,7 @@ import hashlib
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -96,6 +96,7 @@ class HostOutcome:
     activation: Activation = "not activated"
     why: str = ""
     mode: Mode = "install"
+    notes: list[str] = field(default_factory=list)  # the installer's, e.g. a stale lock it took over
 
     @property
     def ok(self) -> bool:
@@ -111,7 +112,11 @@ class HostOutcome:
         return self.activation in ("activated", "already current")
 
     def describe(self) -> str:
-        """`installed, activated (was <id>)`, `reused, already current`, `staged, not activated (<why>)`, ..."""
+        """`installed, activated (was <id>)`, `reused, already current`, `staged, not activated (<why>)`, ...;
+        then what else the installer did."""
+        return self._what() + "".join(f"; {note}" for note in self.notes)
+
+    def _what(self) -> str:
         if not self.staged or self.activation == "failed":
             return f"failed at gate {self.gate!r}: {self.message}"
         sent = f"{self.files_sent} files, {self.bytes_sent} bytes sent; {self.seconds:.2f} s"
@@ -248,8 +253,10 @@ def stage_host(connection: HostConnection, run: PreparedRun, commands: InstallCo
             report = call_installer(connection, log, {**params, "action": "install",
                                                       "send": [f.name for f, _ in send]}, payloads)  # fmt: skip
             outcome.files_sent = report.files_received
+            outcome.notes += report.notes
             report = call_installer(connection, log, {**params, "action": "commit", "activate": False}, [])
             outcome.files_verified = report.files_verified
+            outcome.notes += report.notes
         outcome.outcome = "reused" if report.outcome == "reused" else "installed"
     except NarwhalError as exc:
         _failed(outcome, exc, log)
@@ -267,7 +274,9 @@ def activate_host(connection: HostConnection, run: PreparedRun, outcome: HostOut
         outcome.activation, outcome.current_after = "already current", outcome.current_before
     else:
         try:
-            call_installer(connection, log, {**installer_params(run, outcome.host_id), "action": "activate"}, [])
+            report = call_installer(connection, log, {**installer_params(run, outcome.host_id), "action": "activate"},
+                                    [])  # fmt: skip
+            outcome.notes += report.notes
             outcome.activation, outcome.current_after = "activated", run.manifest.deployment_id
         except NarwhalError as exc:
             outcome.activation = "failed"
@@ -350,6 +359,8 @@ class HostLog:
         for step in report.steps:
             shown = " ".join(step.argv)
             self._append(f"--- host ran: {shown}\n--- exit status {step.rc} ({step.seconds:.2f} s) ---\n{step.output}")
+        for note in report.notes:
+            self._append(f"--- note: {note}\n")
         if report.outcome == "failed":
             self._append(f"--- gate {report.gate}: {report.message}\n")
 

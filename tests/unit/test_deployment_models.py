@@ -7,6 +7,7 @@ import json
 import pytest
 
 from narwhal_assets.protocols.install import ENTRY_LIMIT, ReportError, parse_install_report
+from narwhal_assets.workflows.install import HostOutcome
 
 ID = "0123456789abcdef0123456789abcdef"
 
@@ -39,6 +40,8 @@ def test_a_status_reply_parses_with_every_host_string_escaped() -> None:
         {"current": "c" * 65},
         {"outcome": "pruned", "removed": ["../../etc"]},
         {"outcome": "pruned", "kept": {"not-an-id": "locked"}},
+        {"notes": ["n" * 601]},
+        {"notes": ["note"] * (ENTRY_LIMIT + 1)},
     ],
 )
 def test_oversize_or_malformed_replies_are_refused(fields: dict[str, object]) -> None:
@@ -50,3 +53,13 @@ def test_a_prune_reply_names_only_deployment_ids() -> None:
     report = parse_install_report(reply(action="prune", outcome="pruned", removed=[ID],
                                         kept={"f" * 32: "current points at it\x1b]"}))  # fmt: skip
     assert report.removed == [ID] and report.kept == {"f" * 32: "current points at it\\x1b]"}
+
+
+def test_the_installers_notes_reach_the_host_line_escaped() -> None:
+    report = parse_install_report(reply(action="install", outcome="ready",
+                                        notes=[".install-lock of pid 7 (gone) \x1b[31m: taken over"]))  # fmt: skip
+    assert report.notes == [".install-lock of pid 7 (gone) \\x1b[31m: taken over"]
+    outcome = HostOutcome("node-1", outcome="installed", activation="activated", current_before=None,
+                          notes=report.notes)  # fmt: skip
+    assert outcome.describe().startswith("installed, activated (was none) (0 files, 0 bytes sent")
+    assert outcome.describe().endswith("; .install-lock of pid 7 (gone) \\x1b[31m: taken over")
