@@ -1,6 +1,7 @@
 """The Dagster UI in headless Chromium: `dagster dev` on a checkout wired to the simulated fleet, driven as an
 operator would: the asset catalog, Materialize on the discovery group and on `deployment_manifest` (prepare),
-a backfill of `host_installation` over every host's partition, its per-host outcome, the Automation page.
+a backfill of `host_installation` over every host's partition and its per-host outcome, `fleet_install_job` from
+its Launchpad and the fleet table it leaves on the asset, the Automation page.
 
 Screenshots go to `NARWHAL_UI_SCREENSHOTS` when set (scripts/ui-screenshots.sh: docs/ui), else the test's tmp dir.
 Every expectation comes from the definitions (`defs`), not from a hard-coded list.
@@ -8,6 +9,7 @@ Every expectation comes from the definitions (`defs`), not from a hard-coded lis
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -25,20 +27,25 @@ from helpers.install import OFFLINE_CHECK, OFFLINE_INSTALL, manifest_of, partiti
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
 from narwhal_assets.cli.main import main
+from narwhal_assets.core.deployment.manifest import DeploymentManifest
 from narwhal_assets.core.inputs.envfile import shell_quote
 from narwhal_assets.definitions import defs
 from narwhal_assets.defs.deployment.assets import DEPLOYMENT_MANIFEST, latest_out
 from narwhal_assets.defs.installation.assets import INSTALLATION
+from narwhal_assets.defs.installation.fleet import FLEET_COLUMNS
+from narwhal_assets.defs.installation.fleet import OP as FLEET_OP
 from narwhal_assets.defs.installation.status import CHECK_NAME as LIVE_CHECK
+from narwhal_assets.defs.names import FLEET_INSTALL_JOB
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.local.privatefiles import write_private
 from narwhal_assets.runtime.runner import DAGSTER_HOME_DEFAULT, instance_yaml
 
 pytestmark = pytest.mark.fleet
-RUN_S = 600.0  # a run launched from the UI (discovery, prepare): one subprocess per step on 2 busy cores
+RUN_S = 600.0  # a run launched from the UI (discovery, prepare, the fleet install) on 2 busy cores
 BACKFILL_S = 900.0  # the daemon's backfill: one run per host, all started at once on the same 2 cores
 LAUNCH_S = 180.0  # from the click until the launched run or backfill is in the instance
 VIEWPORT = {"width": 1600, "height": 1000}  # the catalog renders only the rows in view
+FLEET_VIEWPORT = {"width": 1280, "height": 800}  # the fleet table must be readable in a 1280 px window
 GROUP_LINK = "a[starts-with(@href, '/asset-groups~group')]"  # XPath: a catalog row's link to its group
 # Read before the fixtures clear NARWHAL_* from the environment.
 SCREENSHOTS_DIR = os.environ.get("NARWHAL_UI_SCREENSHOTS")
@@ -50,6 +57,9 @@ LOCATION = "narwhal_assets.definitions"  # workspace.yaml's python_module names 
 RUN_DONE = re.compile(r"^(Success|Failure|Canceled)$")  # a run page's final status tag
 BACKFILL_DONE = re.compile(r"^(Succeeded|Completed|Failed|Canceled)$")  # a backfill page's final status tag
 NOT_A_LINK = "xpath=self::*[not(ancestor-or-self::a)]"  # the backfill page's column headers are links
+RUN_ROW = "xpath=ancestor::div[.//a[normalize-space()='View']][1]"  # a run list's row, around one of its tags
+AUTOMATION_ROW = "xpath=ancestor::div[.//input[@type='checkbox']][1]"  # the Automation page's row of a name
+CONFIG_EDITOR = ".CodeMirror"  # the Launchpad's YAML editor (no role of its own)
 
 
 @pytest.fixture
@@ -105,13 +115,16 @@ def launched_run(instance: dg.DagsterInstance, before: set[str], page: Page, scr
 
 
 def follow_run(page: Page, base: str, instance: dg.DagsterInstance, run: dg.DagsterRun, log: Path) -> None:
-    """The run's page until it shows a final status; the run must have succeeded."""
+    """The run's page until it shows a final status; the run must have succeeded. Then the page once more: its
+    live event log can stop at RUN_STARTING while the status tag moves on, and a screenshot is of the whole log."""
     page.goto(f"{base}/runs/{run.run_id}")
     expect(page.get_by_text(RUN_DONE).first).to_be_visible(timeout=RUN_S * 1000)
     finished = instance.get_run_by_id(run.run_id)
     assert finished is not None
     if finished.status != dg.DagsterRunStatus.SUCCESS:
         pytest.fail(f"run {run.run_id} ({run.job_name}) ended {finished.status.value}:\n{tail(log)}", pytrace=False)
+    page.reload()
+    expect(page.get_by_text("RUN_SUCCESS", exact=True)).to_be_visible(timeout=60_000)
 
 
 def run_ids(instance: dg.DagsterInstance) -> set[str]:
@@ -154,7 +167,8 @@ def launched_backfill(instance: dg.DagsterInstance, page: Page, screenshots: Pat
 
 def backfill_every_host(page: Page, base: str, instance: dg.DagsterInstance, hosts: list[str], screenshots: Path,
                         log: Path) -> None:  # fmt: skip
-    """Materialize… on `host_installation`, All partitions, Launch backfill; its page until it succeeded."""
+    """Materialize… on `host_installation`, All partitions, Launch backfill; its page until it succeeded, then
+    its Runs tab: one successful run per host."""
     asset = INSTALLATION.to_user_string()
     page.goto(f"{base}/assets/{asset}")
     expect_description(page, INSTALLATION)
@@ -172,12 +186,17 @@ def backfill_every_host(page: Page, base: str, instance: dg.DagsterInstance, hos
     page.goto(f"{base}/runs/b/{backfill}")
     status = page.get_by_text(BACKFILL_DONE).locator(NOT_A_LINK)
     expect(status).to_be_visible(timeout=BACKFILL_S * 1000)
-    page.screenshot(path=screenshots / "install-backfill.png")
     if status.inner_text() != "Succeeded":
+        page.screenshot(path=screenshots / "install-backfill.png")
         pytest.fail(f"backfill {backfill} ended {status.inner_text()} (see install-backfill.png):\n{tail(log)}",
                     pytrace=False)  # fmt: skip
     for host in hosts:  # the backfill's partition selection names every host
         expect(page.get_by_text(host, exact=True).first).to_be_visible()
+    page.get_by_role("tab", name="Runs").click()
+    for host in hosts:
+        row = page.get_by_text(f"partition: {host}", exact=True).first.locator(RUN_ROW)
+        expect(row.get_by_text("Success", exact=True)).to_be_visible(timeout=60_000)
+    page.screenshot(path=screenshots / "install-backfill.png")
 
 
 def assert_partitions_installed(page: Page, base: str, hosts: list[str], screenshots: Path) -> None:
@@ -192,6 +211,50 @@ def assert_partitions_installed(page: Page, base: str, hosts: list[str], screens
         expect(its_log).to_be_visible(timeout=60_000)
         expect(page.get_by_role("row", name="outcome installed")).to_be_visible()
     page.screenshot(path=screenshots / "host-installation-partitions.png")
+
+
+def fleet_install_from_launchpad(page: Page, base: str, instance: dg.DagsterInstance, prepared: Path,
+                                 screenshots: Path, log: Path) -> None:  # fmt: skip
+    """Jobs, `fleet_install_job`, Launchpad: the prepared directory as the only config, Launch Run; its run must
+    succeed."""
+    before = run_ids(instance)
+    page.goto(f"{base}/jobs")
+    page.get_by_role("link", name=re.compile(rf"\b{FLEET_INSTALL_JOB}$")).click()  # its name: icon, then job
+    page.get_by_role("tab", name="Launchpad").click()
+    editor = page.locator(CONFIG_EDITOR)
+    expect(editor).to_contain_text(f"{FLEET_OP}:", timeout=60_000)  # the defaults, scaffolded
+    editor.click()
+    page.keyboard.press("ControlOrMeta+A")
+    page.keyboard.insert_text(f"ops:\n  {FLEET_OP}:\n    config:\n      run_dir: {json.dumps(str(prepared))}\n")
+    expect(page.get_by_text("No errors", exact=True)).to_be_visible(timeout=60_000)
+    page.get_by_role("button", name="Launch Run").click()
+    run = launched_run(instance, before, page, screenshots, log)
+    assert run.job_name == FLEET_INSTALL_JOB, run.job_name
+    follow_run(page, base, instance, run, log)
+
+
+def assert_fleet_table(page: Page, base: str, manifest: DeploymentManifest, screenshots: Path) -> None:
+    """The asset's Events tab in a 1280 px window: the latest event is the fleet observation, whose table has a
+    row per host (roles, current deployment, short revision, state) and, with the navigation hidden, fits."""
+    page.set_viewport_size(FLEET_VIEWPORT)
+    page.goto(f"{base}/assets/{INSTALLATION.to_user_string()}")
+    page.get_by_role("tab", name="Events").click()
+    said = f"fleet after dagster of {manifest.deployment_id}"  # launched from the UI: no deploy-hosts command tag
+    expect(page.get_by_text(said, exact=True)).to_be_visible(timeout=60_000)
+    page.get_by_role("button", name="Hide navigation").click()
+    table = page.get_by_role("columnheader", name=FLEET_COLUMNS[0], exact=True).locator("xpath=ancestor::table[1]")
+    expect(table.get_by_role("columnheader")).to_have_text(FLEET_COLUMNS)
+    for host in manifest.hosts:
+        expected = {"host": host.id, "roles": ",".join(host.roles), "current": manifest.deployment_id[:12],
+                    "revision": manifest.revision[:12], "state": "already current",  # installed by the backfill
+                    "last_action": "dagster"}  # fmt: skip
+        row = table.get_by_role("row").filter(has=page.get_by_role("cell", name=host.id, exact=True))
+        expect(row.get_by_role("cell")).to_have_text([expected[column] for column in FLEET_COLUMNS])
+    expect(table).to_be_in_viewport(ratio=1)
+    page.screenshot(path=screenshots / "fleet-table.png")
+    page.get_by_role("button", name="panel_show_left").click()  # the collapsed navigation's toggle (an icon)
+    expect(page.get_by_role("button", name="Hide navigation")).to_be_visible()
+    page.set_viewport_size(VIEWPORT)
 
 
 def test_operator_discovers_prepares_and_installs_from_the_ui(
@@ -265,6 +328,10 @@ def test_operator_discovers_prepares_and_installs_from_the_ui(
             installed = remote_dir(fleet, host, prepared) / "installed"
             assert installed.read_bytes() == manifest.revision.encode() + b"\n", host
 
+        # The same prepared run once more, as one run over every host, from the Launchpad: the fleet table.
+        fleet_install_from_launchpad(page, base, instance, prepared, screenshots, log)
+        assert_fleet_table(page, base, manifest, screenshots)
+
         # `deploy-hosts status` records each host's live deployment; the asset page shows the revisions per host.
         assert main(["--root", str(checkout), "status"]) == 0
         page.goto(f"{base}/assets/{INSTALLATION.to_user_string()}?view=checks")
@@ -272,11 +339,13 @@ def test_operator_discovers_prepares_and_installs_from_the_ui(
         expect(page.get_by_text(manifest.revision).first).to_be_visible(timeout=60_000)
         page.screenshot(path=screenshots / "live-revisions.png")
 
-        # The Automation page lists every sensor and schedule of the definitions (and says so when there is none).
+        # The Automation page lists every sensor and schedule of the definitions (and says so when there is none),
+        # each with its on/off switch once its state has loaded.
         page.goto(f"{base}/automation")
         expected = automations()
         for name in expected:
-            expect(page.get_by_text(name, exact=True).first).to_be_visible(timeout=60_000)
+            row = page.get_by_text(name, exact=True).first.locator(AUTOMATION_ROW)
+            expect(row.get_by_role("checkbox")).to_have_count(2, timeout=60_000)  # its selection box and its switch
         if not expected:
             expect(page.get_by_text("No automations", exact=True)).to_be_visible(timeout=60_000)
         page.screenshot(path=screenshots / "automation.png")

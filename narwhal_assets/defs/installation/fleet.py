@@ -6,12 +6,11 @@ observation where it was staged but not activated or failed (with outcome, revis
 and files sent, seconds, and `current` before and after). The run plans a materialization of every selected
 partition before it starts, so when a host fails (the run fails) the UI shows exactly those partitions as
 failed. Runs are tagged with the revision and deployment id: the run list answers "what went where".
-A UI backfill of `host_installation` still runs `install_job`, one host per run.
+A UI backfill of `host_installation` still works: one run per host (`__ASSET_JOB`).
 """
 
 
 import getpass
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -90,15 +89,15 @@ def fleet_install(
                             + (f"; not contacted: {', '.join(untouched)}" if untouched else ""))  # fmt: skip
 
 
-FLEET_COLUMNS = ["host", "roles", "current", "revision", "state", "last_action", "when"]
+FLEET_COLUMNS = ["host", "roles", "current", "revision", "state", "last_action"]
 
 
 def fleet_table(
     run: PreparedRun, entries: list[HostEntry], outcomes: list[HostOutcome], command: str
 ) -> dg.TableMetadataValue:
-    """What runs where after this command, one short row per host (readable at 1280 px: 12-character ids)."""
+    """What runs where after this command, one short row per host (readable at 1280 px: 12-character ids;
+    when is the event's own time)."""
     done = {o.host_id: o for o in outcomes}
-    when = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime())
     rows = []
     for entry in entries:
         outcome = done.get(entry.id)
@@ -107,7 +106,7 @@ def fleet_table(
         state = outcome.activation if outcome and outcome.staged else (f"failed: {outcome.gate}" if outcome
                                                                        else "not contacted")  # fmt: skip
         rows.append(dg.TableRecord({"host": entry.id, "roles": ",".join(entry.roles), "current": (now or "none")[:12],
-                                    "revision": revision, "state": state, "last_action": command, "when": when}))
+                                    "revision": revision, "state": state, "last_action": command}))
     return dg.MetadataValue.table(rows, schema=dg.TableSchema(columns=[dg.TableColumn(c) for c in FLEET_COLUMNS]))
 
 
