@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast 
     from dagster import DagsterInstance
 
     from narwhal_assets.core.deployment.manifest import PreparedRun
+    from narwhal_assets.core.inputs.inventory import HostEntry
     from narwhal_assets.local.checkout import Checkout
     from narwhal_assets.workflows.deployments import HostStatus
 
@@ -51,19 +52,18 @@ def _read(args: argparse.Namespace) -> tuple[Checkout, list[HostStatus], list[Pr
 
 
 def status(args: argparse.Namespace) -> int:
-    """Check the input before Dagster is imported or the instance touched (bad input answers at once), read
-    the hosts, then record what they run. (Importing Dagster in a thread while the hosts answer was measured:
-    it competes with the SSH handshakes for the interpreter and gained nothing.)"""
+    """Check the input before Dagster is imported or the instance touched (bad input answers at once), then
+    read the hosts in a forked child while this process loads Dagster and opens the instance, then record
+    what they run. (Importing Dagster in a thread instead was measured: it competes with the SSH handshakes
+    for the interpreter and gained nothing.)"""
     from narwhal_assets.local.checkout import Checkout
-    from narwhal_assets.ssh.access import make_connector
-    from narwhal_assets.ssh.trust import TrustMode
-    from narwhal_assets.workflows.deployments import fleet_status, prepared_runs
+    from narwhal_assets.local.forked import forked
 
     checkout = Checkout.open(args.root)
     entries = checkout.select(args.host or (), args.role or ())
-    connector = make_connector(checkout.settings, TrustMode.STRICT)
-    statuses = fleet_status(connector, checkout.settings, entries, prepared_runs(checkout.settings))
-    instance, record_statuses = _status_instance(args.root, checkout.inventory.host_ids())
+    with forked(lambda: _read_hosts(checkout, entries)) as hosts:
+        instance, record_statuses = _status_instance(args.root, checkout.inventory.host_ids())
+        statuses = hosts.join()
     drifted, evaluation = record_statuses(instance, statuses)
     selected = {s.host_id for s in statuses}
     problems = [p for s in statuses for p in s.problems()]
@@ -77,6 +77,15 @@ def status(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"deploy-hosts status: {problem}", file=sys.stderr)
     return EXIT_FAILED if problems else 0
+
+
+def _read_hosts(checkout: Checkout, entries: list[HostEntry]) -> list[HostStatus]:
+    from narwhal_assets.ssh.access import make_connector
+    from narwhal_assets.ssh.trust import TrustMode
+    from narwhal_assets.workflows.deployments import fleet_status, prepared_runs
+
+    connector = make_connector(checkout.settings, TrustMode.STRICT)
+    return fleet_status(connector, checkout.settings, entries, prepared_runs(checkout.settings))
 
 
 def _status_instance(root: Path, host_ids: list[str]) -> tuple[DagsterInstance, Callable[..., Any]]:
