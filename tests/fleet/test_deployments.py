@@ -17,7 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from fleetsim import SimFleet
-from helpers.deploy_hosts import cli
+from helpers.deploy_hosts import cli, prepare
 from helpers.fleet_checkout import HOST_IDS, PASSWORD
 from helpers.git_repo import git
 from helpers.install import NAMES, as_host_user, manifest_of
@@ -31,15 +31,6 @@ ROLLBACK_STARTED = "rollback-started"
 
 
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def prepare(root: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    """`deploy-hosts prepare` into the checkout's own deployment directory; returns the run it made."""
-    rc, out, err = cli(root, "prepare", capsys=capsys)
-    assert rc == 0, err
-    match = re.search(r"^output directory (\S+)$", out, re.M)
-    assert match, out
-    return Path(match.group(1))
 
 
 def new_revision(root: Path) -> str:

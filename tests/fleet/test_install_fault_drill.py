@@ -32,11 +32,13 @@ from pathlib import Path
 
 import pytest
 from fleetsim import SimFleet
-from helpers.deploy_hosts import cli, discover
+from helpers.deploy_hosts import cli, discover, prepare
 from helpers.faults import host_processes, host_tool, live_processes, none_left, small_filesystem, user_processes
 from helpers.fleet_checkout import MODEL, MODEL_CONFIG, WEIGHTS, make_checkout
 from helpers.git_repo import git_checkout
 from helpers.install import OFFLINE_CHECK, OFFLINE_INSTALL, SLOW_FLAG, STARTED_FLAG, manifest_of
+
+from narwhal_assets.core.inputs.envfile import shell_quote
 
 pytestmark = pytest.mark.fleet
 HOSTS = [f"h{n}" for n in range(1, 6)]
@@ -86,22 +88,8 @@ def root(tmp_path: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]) ->
     settings = {"NARWHAL_DEPLOYMENT_REVISION": revision, "NARWHAL_REMOTE_INSTALL": STALLING_INSTALL,
                 "NARWHAL_REMOTE_CHECK": OFFLINE_CHECK}  # fmt: skip
     with (root / ".env").open("a", encoding="utf-8") as env:
-        env.writelines(f"{name}={quoted(value)}\n" for name, value in settings.items())
+        env.writelines(f"{name}={shell_quote(value)}\n" for name, value in settings.items())
     return root
-
-
-def quoted(value: str) -> str:
-    """`value` single-quoted, as the checkout's .env is read (bash rules)."""
-    return "'" + value.replace("'", "'\\''") + "'"
-
-
-def prepare(root: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    """`deploy-hosts prepare` into the checkout's deployment directory, where `status` finds it."""
-    rc, out, err = cli(root, "prepare", capsys=capsys)
-    assert rc == 0, err
-    found = re.search(r"^output directory (\S+)$", out, re.M)
-    assert found, out
-    return Path(found.group(1))
 
 
 def host_log(run: Path, name: str) -> str:

@@ -27,6 +27,16 @@ def discover(root: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Path
     return Path(match.group(1))
 
 
+def prepare(root: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """`deploy-hosts prepare` into the checkout's own deployment directory (where `status` finds it); returns
+    the run it made."""
+    rc, out, err = cli(root, "prepare", capsys=capsys)
+    assert rc == 0, err
+    match = re.search(r"^output directory (\S+)$", out, re.MULTILINE)
+    assert match, out
+    return Path(match.group(1))
+
+
 def failing_discover(root: Path, capsys: pytest.CaptureFixture[str], rc: int = 2) -> tuple[str, Path | None]:
     """A discovery that must fail with exit `rc` (2: bad input, 1: a host failed); returns stderr and the
     run directory it created (if any)."""
