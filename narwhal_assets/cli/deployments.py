@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast 
     from narwhal_assets.core.deployment.manifest import PreparedRun
     from narwhal_assets.core.inputs.inventory import HostEntry
     from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.ssh.transport import Connector
     from narwhal_assets.workflows.deployments import HostStatus
 
 EXIT_FAILED = 1
@@ -42,13 +43,11 @@ def _read(args: argparse.Namespace) -> tuple[Checkout, list[HostStatus], list[Pr
     from narwhal_assets.defs.resources import SshSettings
     from narwhal_assets.local.checkout import Checkout
     from narwhal_assets.ssh.trust import TrustMode
-    from narwhal_assets.workflows.deployments import fleet_status, prepared_runs
 
     checkout = Checkout.open(args.root)
     entries = checkout.select(args.host or (), args.role or ())
-    connector = SshSettings().connector(checkout.settings, TrustMode.STRICT)
-    runs = prepared_runs(checkout.settings)
-    return checkout, fleet_status(connector, checkout.settings, entries, runs), runs
+    statuses, runs = _read_hosts(checkout, entries, SshSettings().connector(checkout.settings, TrustMode.STRICT))
+    return checkout, statuses, runs
 
 
 def status(args: argparse.Namespace) -> int:
@@ -63,7 +62,7 @@ def status(args: argparse.Namespace) -> int:
     entries = checkout.select(args.host or (), args.role or ())
     with forked(lambda: _read_hosts(checkout, entries)) as hosts:
         instance, record_statuses = _status_instance(args.root, checkout.inventory.host_ids())
-        statuses = hosts.join()
+        statuses, _ = hosts.join()
     drifted, evaluation = record_statuses(instance, statuses)
     selected = {s.host_id for s in statuses}
     problems = [p for s in statuses for p in s.problems()]
@@ -79,13 +78,18 @@ def status(args: argparse.Namespace) -> int:
     return EXIT_FAILED if problems else 0
 
 
-def _read_hosts(checkout: Checkout, entries: list[HostEntry]) -> list[HostStatus]:
+def _read_hosts(
+    checkout: Checkout, entries: list[HostEntry], connector: Connector | None = None
+) -> tuple[list[HostStatus], list[PreparedRun]]:
+    """Every selected host's status (over `connector`, else a strict one with the transport's own bounds)
+    and the workstation's prepared runs."""
     from narwhal_assets.ssh.access import make_connector
     from narwhal_assets.ssh.trust import TrustMode
     from narwhal_assets.workflows.deployments import fleet_status, prepared_runs
 
-    connector = make_connector(checkout.settings, TrustMode.STRICT)
-    return fleet_status(connector, checkout.settings, entries, prepared_runs(checkout.settings))
+    connector = connector or make_connector(checkout.settings, TrustMode.STRICT)
+    runs = prepared_runs(checkout.settings)
+    return fleet_status(connector, checkout.settings, entries, runs), runs
 
 
 def _status_instance(root: Path, host_ids: list[str]) -> tuple[DagsterInstance, Callable[..., Any]]:
