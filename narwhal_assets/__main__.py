@@ -1,5 +1,5 @@
 """`python -m narwhal_assets` is the `deploy-hosts` command line."""
 
-from narwhal_assets.cli.main import main
+from narwhal_assets.cli.main import command
 
-raise SystemExit(main())
+raise SystemExit(command())

@@ -11,6 +11,7 @@ from pathlib import Path
 from narwhal_assets.cli import access, deployments, discover, install, interactive, lock, plan, prepare, ui
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.local import collector
 
 EXIT_FAILED = 1
 EXIT_INPUT = 2
@@ -33,8 +34,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.root = (args.root or Path.cwd()).resolve()
     try:
-        return int(args.func(args))
+        with collector.paused_while_loading():
+            return int(args.func(args))
     except NarwhalError as exc:
         for line in str(exc).split("\n"):  # our lines; anything a host put inside one is escaped
             print(f"deploy-hosts {args.command}: error: {printable(line, None)}", file=sys.stderr)
         return EXIT_INPUT if isinstance(exc, InputError) else EXIT_FAILED
+
+
+def command() -> int:
+    """The `deploy-hosts` executable (and `python -m narwhal_assets`): `main`, in a process that ends with it."""
+    try:
+        return main()
+    finally:
+        collector.exiting()

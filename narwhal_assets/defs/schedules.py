@@ -18,8 +18,9 @@ import dagster as dg
 
 from narwhal_assets.core.deployment.installed import CURRENT
 from narwhal_assets.core.errors import InputError, NarwhalError
-from narwhal_assets.defs.installation.assets import INSTALLATION, install_job
+from narwhal_assets.defs.installation.assets import install_job
 from narwhal_assets.defs.installation.checks import installation_states
+from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.names import DISCOVERY_JOB
 
 REVERIFY_CRON_VARIABLE = "NARWHAL_REVERIFY_CRON"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.defs.names import COMMAND_TAG
-from narwhal_assets.local import configset
+from narwhal_assets.local import collector, configset
 from narwhal_assets.local.privatefiles import ensure_private_dir, exclusive_lock, write_private
 
 if TYPE_CHECKING:  # Dagster loads when a job runs or the instance opens, not for `instance_home` (`deploy-hosts ui`)
@@ -98,14 +98,18 @@ def operator_instance(root: Path) -> dg.DagsterInstance:
     import dagster as dg
 
     with _instance_home_locked(root):
-        return dg.DagsterInstance.get()
+        instance = dg.DagsterInstance.get()
+    collector.loaded()  # the last of the heavy imports is in
+    return instance
 
 
 def instance_home(root: Path) -> Path:
     """`DAGSTER_HOME` (set to `<root>/runs/dagster` when unset), created 0700 with its dagster.yaml written or
     rewritten as `operator_instance` does; for processes that open the instance themselves (`deploy-hosts ui`)."""
     with _instance_home_locked(root) as home:
-        return home
+        pass
+    collector.loaded()  # a process that supervises others (the UI's) runs long: collect as usual
+    return home
 
 
 @contextmanager

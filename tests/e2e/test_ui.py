@@ -30,11 +30,11 @@ from narwhal_assets.cli.main import main
 from narwhal_assets.core.deployment.manifest import DeploymentManifest
 from narwhal_assets.core.inputs.envfile import shell_quote
 from narwhal_assets.definitions import defs
-from narwhal_assets.defs.deployment.assets import DEPLOYMENT_MANIFEST, latest_out
-from narwhal_assets.defs.installation.assets import INSTALLATION
+from narwhal_assets.defs.deployment.assets import latest_out
 from narwhal_assets.defs.installation.fleet import FLEET_COLUMNS
 from narwhal_assets.defs.installation.fleet import OP as FLEET_OP
 from narwhal_assets.defs.installation.status import CHECK_NAME as LIVE_CHECK
+from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, INSTALLATION
 from narwhal_assets.defs.names import FLEET_INSTALL_JOB
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.local.privatefiles import write_private

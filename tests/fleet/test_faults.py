@@ -140,6 +140,25 @@ def test_a_link_cut_mid_command_is_detected_by_keepalive_not_the_command_timeout
     assert f"host node-3 ({fleet.host('h3').address}:22): {KEEPALIVE_LOST}" == str(failure.value)
 
 
+def test_an_idle_connection_sends_no_keepalive_and_the_next_command_finds_a_link_cut_meanwhile(
+    checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A staged host's connection waits idle for the rest of the fleet: it must cost nothing while it waits
+    (a keep-alive would have closed it here, 3 s into the silence), and still be bounded once used again."""
+    discover(checkout, capsys)
+    try:
+        with connected(checkout, "node-3", command_timeout=600) as connection:
+            assert connection.run("true").rc == 0
+            fleet.cut_link("h3")
+            threading.Event().wait(4.5)  # longer than the keep-alive window, with nothing under way
+            assert connection.transport.is_active() and connection.watchdog and connection.watchdog.reason is None
+            with pytest.raises(SshFailure) as failure:
+                connection.run("true")
+    finally:
+        fleet.restore_link("h3")
+    assert f"host node-3 ({fleet.host('h3').address}:22): {KEEPALIVE_LOST}" == str(failure.value)
+
+
 def test_a_killed_sshd_mid_command_says_the_host_closed_the_connection(
     checkout: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:

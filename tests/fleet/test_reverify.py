@@ -21,8 +21,9 @@ from helpers.install import install, manifest_of, outcomes, remote_dir
 
 from narwhal_assets.definitions import defs
 from narwhal_assets.defs.deployment.assets import prepare_deployment
-from narwhal_assets.defs.installation.assets import INSTALLATION, host_installation
+from narwhal_assets.defs.installation.assets import host_installation
 from narwhal_assets.defs.installation.checks import CHECK_NAME, evaluate_installed, installation_outdated_sensor
+from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.schedules import reverify_installed_hosts
 from narwhal_assets.runtime.runner import run_job
 from narwhal_assets.workflows.install import HostInstallFailure

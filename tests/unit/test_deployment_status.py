@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from narwhal_assets.defs.installation.assets import INSTALLATION
 from narwhal_assets.defs.installation.status import live_matches_installed, record_statuses
+from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.protocols.install import DeploymentEntry
 from narwhal_assets.workflows.deployments import HostStatus

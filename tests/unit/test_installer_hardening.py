@@ -26,8 +26,8 @@ from narwhal_assets.core.discovery import drift
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Settings
-from narwhal_assets.defs.installation.assets import INSTALLATION
 from narwhal_assets.defs.installation.status import record_statuses
+from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.host import installer
 from narwhal_assets.local.privatefiles import non_private

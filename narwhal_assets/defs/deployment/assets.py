@@ -12,6 +12,7 @@ from narwhal_assets.core.deployment.manifest import BUNDLE_FILE, MANIFEST_FILE
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.inputs.access_secrets import access_needles, findings, host_key_needles
 from narwhal_assets.defs.discovery.assets import KNOWN_HOSTS
+from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, PREPARE_COMMAND
 from narwhal_assets.defs.lineage import latest_metadata, upstream_metadata
 from narwhal_assets.defs.resources import ManagementCheckout
 from narwhal_assets.local.gitsource import bundle_head
@@ -22,10 +23,8 @@ from narwhal_assets.workflows.prepare import Prepared, prepare
 GROUP = "deployment"
 SOURCE_BUNDLE = dg.AssetKey("source_bundle")
 ROLE_ENVIRONMENTS = dg.AssetKey("role_environments")
-DEPLOYMENT_MANIFEST = dg.AssetKey("deployment_manifest")
 OP_NAME = "prepare_deployment"
 MAX_SCAN_BYTES = 64 << 20
-PREPARE_COMMAND = "deploy-hosts prepare"
 
 
 class PrepareConfig(dg.Config):

@@ -13,7 +13,8 @@ from typing import Literal
 
 import dagster as dg
 
-from narwhal_assets.defs.deployment.assets import DEPLOYMENT_MANIFEST, latest_out
+from narwhal_assets.defs.deployment.assets import latest_out
+from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, INSTALLATION, OUTDATED_CHECK
 from narwhal_assets.defs.names import COMMAND_TAG, INSTALL_JOB
 from narwhal_assets.defs.partitions import host_partitions
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
@@ -30,8 +31,6 @@ from narwhal_assets.workflows.install import (
 )
 
 GROUP = "installation"
-INSTALLATION = dg.AssetKey("host_installation")
-OUTDATED_CHECK = dg.AssetCheckKey(INSTALLATION, "installed_from_latest_manifest")  # `assets/install_checks.py`
 
 
 class InstallConfig(dg.Config):

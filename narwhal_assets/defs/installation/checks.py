@@ -15,9 +15,8 @@ import dagster as dg
 
 from narwhal_assets.core.deployment.installed import CURRENT, HostState, Installed, compare_installed
 from narwhal_assets.core.errors import NarwhalError
-from narwhal_assets.defs.deployment.assets import DEPLOYMENT_MANIFEST, PREPARE_COMMAND
 from narwhal_assets.defs.evaluations import as_result
-from narwhal_assets.defs.installation.assets import INSTALLATION, OUTDATED_CHECK
+from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, INSTALLATION, OUTDATED_CHECK, PREPARE_COMMAND
 from narwhal_assets.defs.lineage import latest_metadata
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 

@@ -20,8 +20,9 @@ from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent
 
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
-from narwhal_assets.defs.installation.assets import INSTALLATION, outcome_metadata
+from narwhal_assets.defs.installation.assets import outcome_metadata
 from narwhal_assets.defs.installation.checks import evaluate_installed
+from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.names import COMMAND_TAG, FLEET_INSTALL_JOB
 from narwhal_assets.defs.partitions import host_partitions
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings

@@ -7,14 +7,18 @@ its last materialization. `live_matches_installed` compares the two per partitio
 `status` reports its evaluation runless too, so it needs no run.
 """
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
 
 from narwhal_assets.core.deployment.live import Recorded, drifting
 from narwhal_assets.defs.evaluations import as_result
-from narwhal_assets.defs.installation.assets import INSTALLATION
 from narwhal_assets.defs.installation.checks import latest_installs
+from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
-from narwhal_assets.workflows.deployments import HostStatus
+
+if TYPE_CHECKING:
+    from narwhal_assets.workflows.deployments import HostStatus
 
 CHECK_NAME = "live_matches_installed"
 LIVE_KEY = "live_deployment_id"
@@ -31,7 +35,7 @@ def _table(columns: list[str], rows: list[dict[str, str | bool]]) -> dg.TableMet
     return dg.MetadataValue.table(records=[dg.TableRecord(row) for row in rows], schema=schema)
 
 
-def status_observation(status: HostStatus) -> dg.AssetObservation:
+def status_observation(status: "HostStatus") -> dg.AssetObservation:
     """What one host runs now, as an observation of its `host_installation` partition."""
     live = status.live
     rows: list[dict[str, str | bool]] = [
@@ -94,7 +98,7 @@ def evaluate_drift(instance: dg.DagsterInstance, host_ids: list[str]) -> tuple[l
 
 
 def record_statuses(
-    instance: dg.DagsterInstance, statuses: list[HostStatus]
+    instance: dg.DagsterInstance, statuses: "list[HostStatus]"
 ) -> tuple[list[str], dg.AssetCheckEvaluation]:
     """Observe every host that answered, then evaluate the drift check over every known host (runless)."""
     for status in statuses:
