@@ -134,6 +134,8 @@ def main() -> None:
             steps["rollback (already current)"] = steps["rollback"]
             for name, argv in steps.items():
                 wall, cpu = measure(root, *argv, code=code)
+                print(f"  round {round_ + 1}, {size} hosts, {version}: {name} {wall:.1f} s, {cpu:.2f} cpu s "
+                      f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)  # fmt: skip
                 best = figures[version].setdefault(name, {}).get(size, (wall, cpu))
                 figures[version][name][size] = (min(wall, best[0]), min(cpu, best[1]))
     print(f"{args.small} and {args.large} simulated hosts, {os.cpu_count()} CPUs here, load average "
