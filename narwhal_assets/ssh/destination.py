@@ -7,6 +7,7 @@ ignored: trust always comes from the checkout-local store.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import glob
 import os
@@ -91,11 +92,37 @@ def identity_candidates(endpoint: Endpoint) -> list[Path]:
     return seen
 
 
-def _config(path: Path | None) -> paramiko.SSHConfig:
+class _ParsedConfig:
+    """One config text, parsed once, with the options found for each alias kept.
+
+    A fleet command resolves every host's destination several times (access, connect, the install's
+    destination check), and parsing plus looking up both take time linear in the config, which lists the
+    whole fleet: without this, each host cost time linear in the fleet (3.4 ms per resolve at 32 hosts).
+    The file is still read on every resolve, so an edited config takes effect at once (a `Match exec` in it
+    runs once per alias and text in a process).
+    """
+
+    def __init__(self, text: str):
+        self._config = paramiko.SSHConfig.from_text(text)
+        self._found: dict[str, paramiko.SSHConfigDict] = {}
+
+    def lookup(self, alias: str) -> paramiko.SSHConfigDict:
+        found = self._found.get(alias)
+        if found is None:
+            found = self._found[alias] = self._config.lookup(alias)
+        return found
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str) -> _ParsedConfig:
+    return _ParsedConfig(text)
+
+
+def _config(path: Path | None) -> _ParsedConfig:
     if path is None:
-        return paramiko.SSHConfig()
+        return _parsed("")
     try:
-        return paramiko.SSHConfig.from_text(_expand_includes(path, depth=0))
+        return _parsed(_expand_includes(path, depth=0))
     except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
         raise InputError([f"ssh config {path}: cannot parse ({type(exc).__name__})"]) from None
 

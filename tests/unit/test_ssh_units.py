@@ -137,6 +137,20 @@ def test_destination_resolution_follows_config_include_and_proxyjump(tmp_path: P
     assert (plain.host, plain.port, plain.user, plain.jumps) == ("198.18.0.9", 2200, "root", ())
 
 
+def test_an_edited_config_or_included_file_takes_effect_at_the_next_resolve(tmp_path: Path) -> None:
+    """Parsed configs are kept per process (a fleet resolves each host several times); an edit is not missed."""
+    included = tmp_path / "fleet.conf"
+    included.write_text("Host gpu1\n  HostName 10.1.0.1\n")
+    config = tmp_path / "config"
+    config.write_text(f"Include {included}\nHost gpu2\n  HostName 10.1.0.2\n")
+    assert [resolve_endpoint(alias, config).host for alias in ("gpu1", "gpu2", "gpu1")] == ["10.1.0.1", "10.1.0.2",
+                                                                                          "10.1.0.1"]  # fmt: skip
+    included.write_text("Host gpu1\n  HostName 10.1.0.11\n  Port 2201\n")
+    config.write_text(config.read_text().replace("10.1.0.2", "10.1.0.12"))
+    assert (resolve_endpoint("gpu1", config).host, resolve_endpoint("gpu1", config).port) == ("10.1.0.11", 2201)
+    assert resolve_endpoint("gpu2", config).host == "10.1.0.12"
+
+
 @pytest.mark.parametrize("bad", ["-oProxyCommand=x", "a b", "", "h@[x]:99999"])
 def test_bad_destinations_are_refused_without_echoing_them(bad: str) -> None:
     with pytest.raises(InputError) as caught:
