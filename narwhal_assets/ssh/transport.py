@@ -111,8 +111,7 @@ class Watchdog:
         self._answered = time.monotonic()
         self._working = 0  # commands and uploads under way (guarded by _lock)
         self._lock = threading.Lock()
-        self._busy = threading.Event()  # set while _working > 0, and on stop
-        self._changed = threading.Event()  # wakes the idle guard when work starts, and on stop
+        self._busy = threading.Event()  # set while _working > 0 (what the threads wait on), and on stop
         self._stopped = threading.Event()
         self._threads = [threading.Thread(target=self._ping, name="ssh-keepalive", daemon=True),
                          threading.Thread(target=self._guard, name="ssh-watchdog", daemon=True)]  # fmt: skip
@@ -125,7 +124,6 @@ class Watchdog:
     def stop(self) -> None:
         self._stopped.set()
         self._busy.set()
-        self._changed.set()
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
@@ -134,7 +132,6 @@ class Watchdog:
             if self._working == 0:
                 self._answered = time.monotonic()
                 self._busy.set()
-                self._changed.set()
             self._working += 1
         try:
             yield
@@ -156,14 +153,13 @@ class Watchdog:
 
     def _guard(self) -> None:
         while not self._stopped.is_set():
-            self._changed.clear()  # before reading the state: work that starts after this wakes the wait below
             if not self.transport.is_active():
                 return
             now = time.monotonic()
             if now >= self.deadline:
                 return self._expire(self._host_expired())
             if not self._busy.is_set():
-                self._changed.wait(self.deadline - now)  # idle: only the deadline, or work starting, wakes it
+                self._busy.wait(self.deadline - now)  # idle: only the deadline, or work starting, wakes it
             elif now - self._answered > self.window:
                 return self._expire(self._silent())
             else:

@@ -95,6 +95,18 @@ def test_a_command_that_never_answers_ends_at_the_host_timeout(
     assert str(failure.value) == f"host node-1 (127.0.0.1:{port}): the host did not finish within 2 s (host timeout)"
 
 
+def test_the_host_timeout_still_ends_an_idle_connection(tmp_path: Path, server: tuple[int, list[float]]) -> None:
+    """No keep-alive runs between commands, but the host's deadline does: it closes the idle connection."""
+    port, _ = server
+    bounded = connector(tmp_path, host_timeout=1.0, command_timeout=600.0)
+    with bounded.connect(access(port)) as connection:
+        deadline = time.monotonic() + 10
+        while connection.transport.is_active() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not connection.transport.is_active()
+        assert connection.watchdog and connection.watchdog.reason == "the host did not finish within 1 s (host timeout)"
+
+
 def test_a_silent_tcp_peer_fails_the_handshake_at_the_connect_timeout(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as silent:
         port = silent.getsockname()[1]
