@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fnmatch
+import functools
 import hashlib
 import hmac
 import os
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -107,6 +108,13 @@ class _Line:
                 positive = True
         return positive
 
+    def literal_names(self) -> tuple[str, ...] | None:
+        """The names this line matches when every pattern is a plain name (the lines this tool writes),
+        lowercased for lookup; None when a wildcard, negation or hashed name needs `matches`."""
+        if any(p.startswith(("!", "|1|")) or "*" in p or "?" in p for p in self.patterns):
+            return None
+        return tuple(p.lower() for p in self.patterns)
+
 
 def _pattern_matches(pattern: str, name: str) -> bool:
     if pattern.startswith("|1|"):
@@ -117,7 +125,15 @@ def _pattern_matches(pattern: str, name: str) -> bool:
         except ValueError:
             return False
         return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), expected)
-    return fnmatch.fnmatchcase(name, pattern)
+    return _glob(pattern).fullmatch(name) is not None
+
+
+@functools.lru_cache(maxsize=1024)
+def _glob(pattern: str) -> re.Pattern[str]:
+    """OpenSSH's host pattern: `*` and `?` are the only wildcards (`[` is literal, as in `[host]:port`),
+    and host names compare without case."""
+    parts = (".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
+    return re.compile("".join(parts), re.IGNORECASE | re.DOTALL)
 
 
 def _parse_line(text: str) -> _Line:
@@ -128,6 +144,38 @@ def _parse_line(text: str) -> _Line:
     if len(fields) < 3:
         return _Line(text, marker, (), None)
     return _Line(text, marker, tuple(fields[0].split(",")), HostKey(fields[1], fields[2]))
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """One text of the store, parsed, with its plain-named key lines indexed by name: a lookup costs the
+    lines that name it plus the pattern lines, not the whole file (the store grows with the fleet)."""
+
+    lines: tuple[_Line, ...]
+    named: dict[str, tuple[int, ...]]
+    patterned: tuple[int, ...]
+
+    def matching(self, name: str) -> list[_Line]:
+        """The key lines that match `name`, in file order."""
+        found = set(self.named.get(name.lower(), ()))
+        found.update(i for i in self.patterned if self.lines[i].matches(name))
+        return [self.lines[i] for i in sorted(found)]
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str) -> _Parsed:
+    lines = tuple(_parse_line(line) for line in text.splitlines(keepends=True))
+    named: dict[str, list[int]] = {}
+    patterned = []
+    for index, line in enumerate(lines):
+        if not line.key:
+            continue
+        names = line.literal_names()
+        if names is None:
+            patterned.append(index)
+        for name in dict.fromkeys(names or ()):
+            named.setdefault(name, []).append(index)
+    return _Parsed(lines, {name: tuple(found) for name, found in named.items()}, tuple(patterned))
 
 
 class KnownHostsStore:
@@ -144,12 +192,11 @@ class KnownHostsStore:
 
     def keys_for(self, host: str, port: int) -> list[HostKey]:
         """Recorded keys for this host (plain or hashed names); `@revoked` lines are not among them."""
-        name = host_pattern(host, port)
-        return [line.key for line in self._lines() if line.key and line.marker is None and line.matches(name)]
+        return [line.key for line in self._read().matching(host_pattern(host, port)) if line.marker is None]
 
     def revoked(self, host: str, port: int) -> set[HostKey]:
-        name = host_pattern(host, port)
-        return {line.key for line in self._lines() if line.key and line.marker == "@revoked" and line.matches(name)}
+        matching = self._read().matching(host_pattern(host, port))
+        return {line.key for line in matching if line.key and line.marker == "@revoked"}
 
     def verify(
         self, host_id: str, host: str, port: int, presented: HostKey, mode: TrustMode, *, hop_of: str | None = None
@@ -216,9 +263,8 @@ class KnownHostsStore:
         with self._locked():
             if presented in self.revoked(host, port):
                 raise self._revoked(Subject(host_id), host, port, presented)
-            kept = [
-                line.text for line in self._lines() if not (line.key and line.marker is None and line.matches(name))
-            ]
+            lines = self._read().lines
+            kept = [line.text for line in lines if not (line.key and line.marker is None and line.matches(name))]
             kept.append(f"{name} {presented.key_type} {presented.blob_b64}\n")
             write_private(self.path, "".join(kept))
 
@@ -234,7 +280,7 @@ class KnownHostsStore:
 
     def key_blobs(self) -> list[str]:
         """Every recorded key's base64 blob: what a copied host-key line would contain."""
-        return [line.key.blob_b64 for line in self._lines() if line.key]
+        return [line.key.blob_b64 for line in self._read().lines if line.key]
 
     def _changed(
         self, subject: Subject, host: str, port: int, recorded: list[HostKey], presented: HostKey
@@ -248,12 +294,13 @@ class KnownHostsStore:
             f"`deploy-hosts trust --host {target} --fingerprint {presented.fingerprint}`"
         )
 
-    def _lines(self) -> list[_Line]:
+    def _read(self) -> _Parsed:
+        """The file as it is now (read each time, so other writers are seen), parsed once per text."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return []
-        return [_parse_line(line) for line in text.splitlines(keepends=True)]
+            text = ""
+        return _parsed(text)
 
     def _append(self, line: str) -> None:
         ensure_private_dir(self.path.parent)

@@ -322,3 +322,17 @@ def test_accepted_assignments_mean_the_same_to_bash(tmp_path: Path, texts: list[
     views = bash_view(tmp_path, [text for text, _ in accepted], NAMES)
     for (text, ours), theirs in zip(accepted, views, strict=True):
         assert ours == theirs, f"file {text!r}"
+
+
+@HYPO
+@given(line=assignment())
+def test_a_line_read_in_one_match_means_what_the_full_reader_reads(line: str) -> None:
+    """A line without a trailer may be read by the one-match fast path; a trailing comment sends the same
+    assignment through the full reader. Both must accept it alike, with the same value."""
+    if "\n" in line:
+        return
+    try:
+        fast = parse(line + "\n")
+    except InputError:
+        return
+    assert parse(line + " # trailer\n") == fast

@@ -70,6 +70,30 @@ def test_lookup_honours_hashed_bracketed_wildcard_negated_and_revoked_entries(tm
         store.verify("h", "gpu9", 22, c, TrustMode.ACCEPT_NEW)
 
 
+@pytest.mark.parametrize(
+    ("host", "port"),
+    [("10.0.0.5", 2222), ("10.0.0.5", 22), ("gpu1.fleet.example", 22), ("bad.fleet.example", 22), ("gpu7", 22),
+     ("GPU7", 22), ("h1.x", 22), ("h12.x", 22), ("h1.x", 2222)],
+)  # fmt: skip
+def test_lookup_finds_what_ssh_keygen_finds_in_file_order(tmp_path: Path, host: str, port: int) -> None:
+    """OpenSSH is the oracle: `[` is literal (as in `[host]:port`), names compare without case, `*` and `?`
+    are the wildcards, and several lines for one name come back in file order (plain and patterned mixed)."""
+    a, b, c, d = (keypair(tmp_path, n) for n in "abcd")
+    store_path = tmp_path / "known_hosts"
+    store_path.write_text(
+        f"[10.0.0.5]:2222 {a.key_type} {a.blob_b64}\n"
+        f"*.Fleet.example,!bad.fleet.example {b.key_type} {b.blob_b64}\n"
+        f"GPU7 {c.key_type} {c.blob_b64}\n"
+        f"h?.x,[h1.x]:2222 {d.key_type} {d.blob_b64}\n"
+        f"[10.0.0.5]:2222,gpu7 {d.key_type} {d.blob_b64}\n"
+    )
+    name = host_pattern(host, port)
+    found = subprocess.run(["ssh-keygen", "-F", name, "-f", str(store_path)], capture_output=True, text=True,
+                           check=False).stdout  # fmt: skip
+    expected = [line.split()[2] for line in found.splitlines() if line and not line.startswith("#")]
+    assert [key.blob_b64 for key in KnownHostsStore(store_path).keys_for(host, port)] == expected
+
+
 def test_accept_new_appends_without_rewriting_and_strict_refuses_unknown(tmp_path: Path) -> None:
     a, b = keypair(tmp_path, "a"), keypair(tmp_path, "b")
     store_path = tmp_path / "config" / "known_hosts"
