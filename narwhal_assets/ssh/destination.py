@@ -15,6 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -24,7 +25,7 @@ from narwhal_assets.ssh.trust import format_address
 DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 MAX_JUMPS = 8
 MAX_INCLUDE_DEPTH = 16
-INCLUDE_RE = re.compile(r"^\s*Include\s+(.+?)\s*$", re.IGNORECASE)
+INCLUDE_RE = re.compile(r"^[ \t]*Include[ \t]+(.+?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -97,20 +98,52 @@ class _ParsedConfig:
 
     A fleet command resolves every host's destination several times (access, connect, the install's
     destination check), and the config lists the whole fleet: parsing it for every resolve cost 3.4 ms per
-    resolve at 32 hosts, 0.16 ms a repeated one now (`benchmarks/bench_ssh_config.py`). A first lookup scans
-    every block, as OpenSSH does. The file is still read on every resolve, so an edited config takes effect at
-    once (a `Match exec` in it runs once per alias and text in a process).
+    resolve at 32 hosts (`benchmarks/bench_ssh_config.py`). A lookup scanning every block made the first
+    resolve of each alias linear in the fleet too (57 ms at 1,024 hosts), so the `Host` blocks whose
+    patterns are all plain names are indexed by name: an alias is looked up, by paramiko and with its rules,
+    over the blocks naming it plus every block with a wildcard, a negation, a `[` or a `Match`, in file
+    order. Those are the only blocks that can apply, so the options are the same (a config with
+    `CanonicalizeHostname`, whose second pass looks up another name, is always looked up whole). The file is
+    still read on every resolve, so an edited config takes effect at once (a `Match exec` in it runs once
+    per alias and text in a process).
     """
 
     def __init__(self, text: str):
         self._config = paramiko.SSHConfig.from_text(text)
         self._found: dict[str, paramiko.SSHConfigDict] = {}
+        # paramiko keeps the blocks, in file order, as {"host": [patterns] | "matches": [...], "config": {}}.
+        self._blocks: list[dict[str, Any]] = self._config._config
+        self._named: dict[str, list[int]] | None = {}
+        for index, block in enumerate(self._blocks):
+            if "canonicalizehostname" in block["config"]:
+                self._named = None
+                break
+            for name in _plain_names(block) or ():
+                self._named.setdefault(name, []).append(index)
+        named = {i for found in (self._named or {}).values() for i in found}
+        self._always = [i for i in range(len(self._blocks)) if i not in named]
 
     def lookup(self, alias: str) -> paramiko.SSHConfigDict:
         found = self._found.get(alias)
         if found is None:
-            found = self._found[alias] = self._config.lookup(alias)
+            found = self._found[alias] = self._candidates(alias).lookup(alias)
         return found
+
+    def _candidates(self, alias: str) -> paramiko.SSHConfig:
+        """The blocks that can apply to `alias`, as a config of their own (the whole one without an index)."""
+        if self._named is None:
+            return self._config
+        candidates = paramiko.SSHConfig()
+        candidates._config = [self._blocks[i] for i in sorted([*self._named.get(alias, ()), *self._always])]
+        return candidates
+
+
+def _plain_names(block: dict[str, Any]) -> list[str] | None:
+    """A `Host` block's patterns when paramiko can match each only by equality (fnmatch: no `*?[`), else None."""
+    patterns = block.get("host")
+    if "matches" in block or not patterns or any(set(p) & set("*?[!") for p in patterns):
+        return None
+    return list(dict.fromkeys(patterns))
 
 
 @functools.lru_cache(maxsize=4)
@@ -134,19 +167,21 @@ def _expand_includes(path: Path, depth: int) -> str:
     """
     if depth > MAX_INCLUDE_DEPTH:
         raise InputError([f"ssh config {path}: Include nested deeper than {MAX_INCLUDE_DEPTH}"])
-    lines = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        match = INCLUDE_RE.match(line)
-        if not match:
-            lines.append(line)
-            continue
+    text = path.read_text(encoding="utf-8")
+    if "include" not in text.lower():  # a scan at C speed; the regex below tries every position
+        return text + "\n"
+    pieces, done = [], 0
+    for match in INCLUDE_RE.finditer(text):
+        pieces.append(text[done : match.start()])
+        done = match.end()
         for pattern in shlex.split(match.group(1)):
             pattern = os.path.expanduser(pattern)
             if not os.path.isabs(pattern):
                 pattern = os.path.join(os.path.expanduser("~/.ssh"), pattern)
             for included in sorted(glob.glob(pattern)):
-                lines.append(_expand_includes(Path(included), depth + 1))
-    return "\n".join(lines) + "\n"
+                pieces.append(_expand_includes(Path(included), depth + 1))
+    pieces.append(text[done:])
+    return "".join(pieces) + "\n"
 
 
 def _port(text: str) -> int:

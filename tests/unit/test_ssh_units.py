@@ -11,12 +11,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import paramiko
 import pytest
+from helpers.envfile import HYPO
+from hypothesis import given
+from hypothesis import strategies as st
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.ssh.access import make_connector, transport_bounds
-from narwhal_assets.ssh.destination import resolve_endpoint
+from narwhal_assets.ssh.destination import _ParsedConfig, resolve_endpoint
 from narwhal_assets.ssh.openssh import MAX_PASSWORD_BYTES, openssh_command
 from narwhal_assets.ssh.trust import (
     HostKey,
@@ -341,3 +345,27 @@ def test_transport_bounds_out_of_range_exit_2_naming_the_variable(tmp_path: Path
 def test_check_access_timeout_must_be_positive(tmp_path: Path) -> None:
     done = run_cli(write_checkout(tmp_path / "c"), "check-access", "--timeout", "0")
     assert done.returncode == 2 and "expected seconds from 0.1 to 3600" in done.stderr
+
+
+ALIASES = ("h1", "h2", "H1", "gpu-1", "x[1]", "x1")
+HOST_PATTERN = st.sampled_from(["h1", "h2", "H1", "gpu-1", "x[1]", "h*", "!h2", "gpu-?", "*", "x[1]"])
+OPTION = st.sampled_from([
+    "HostName 10.0.0.1", "HostName 10.0.0.2", "User a", "User b", "Port 2201", "Port 2202", "IdentityFile ~/.ssh/one",
+    "IdentityFile ~/.ssh/two", "ProxyJump h2", "IdentitiesOnly yes",
+])  # fmt: skip
+HEADER = st.one_of(
+    st.lists(HOST_PATTERN, min_size=1, max_size=3).map(lambda p: "Host " + " ".join(p)),
+    st.sampled_from(["Match host 10.0.0.1", "Match originalhost h1", "Match all", "Match user root", "Match final"]),
+)
+BLOCK = st.tuples(HEADER, st.lists(OPTION, max_size=3)).map(lambda b: "\n".join([b[0], *("  " + o for o in b[1])]))
+
+
+@HYPO
+@given(blocks=st.lists(BLOCK, min_size=1, max_size=10), globals_=st.lists(OPTION, max_size=2))
+def test_an_indexed_lookup_finds_what_a_whole_config_lookup_finds(blocks: list[str], globals_: list[str]) -> None:
+    """Plain-named Host blocks are indexed by name; paramiko over the whole text is the oracle, with wildcards,
+    negations, Match blocks, names that differ in case or hold a `[`, repeated IdentityFile and first-wins."""
+    text = "\n".join([*globals_, *blocks]) + "\n"
+    indexed = _ParsedConfig(text)
+    for alias in ALIASES:
+        assert indexed.lookup(alias) == paramiko.SSHConfig.from_text(text).lookup(alias), f"{alias} in\n{text}"
