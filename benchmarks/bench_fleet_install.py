@@ -1,24 +1,29 @@
 """Workstation CPU per extra host of install (first and reuse), rollback and status, as a slope between two
-selections of one simulated fleet, and the reuse wall time against `status` on the same hosts.
+fleet sizes, and the reuse wall time against `status` on the same hosts.
+
+Two checkouts share one simulated fleet: one whose inventory is its first --small hosts, one with all
+--large. Each command runs over its checkout's whole fleet, so the slope (CPU of the large fleet minus CPU
+of the small one, over the extra hosts) counts what grows with the selection (connections, the installer,
+one event per host) and what grows with the inventory (the trust store, the SSH config, every role file read
+back, the instance's partitions) alike; the fixed part (imports, the instance, the run) cancels out.
 
 Each measurement (the least of `--repeat` rounds) is a fresh `deploy-hosts` process, as an operator runs
-it; its CPU is the process and all its descendants (reaped children, this script being a subreaper). The
-slope (CPU at --large minus CPU at --small, over the extra hosts) is what one more host costs the
-workstation; the fixed part (imports, the instance, the run) cancels out. Targets (printed, never
-asserted): <= 0.05 CPU-s per extra host for each command; reuse <= 1.3x `status` wall time on the same
-hosts. Host-side work (git, venv) runs on this machine's CPUs too but is not counted: only the
+it; its CPU is the process and all its descendants (reaped children, this script being a subreaper). Targets
+(printed, never asserted): <= 0.05 CPU-s per extra host for each command; reuse <= 1.3x `status` wall time
+on the same hosts. Host-side work (git, venv) runs on this machine's CPUs too but is not counted: only the
 workstation's processes are. Needs root.
 
-Host-side work makes the load swing between cells, and CPU time rises under contention, so figures of
-separate runs move more than a change does. `--baseline DIR` measures another version of the package in the
-same rounds, interleaved cell by cell with this one on the same hosts (DIR: a checkout of that version, for
-example `git worktree add /tmp/before <commit>`; its `narwhal_assets` is imported first), and prints both.
+The hosts' own work shares this machine's CPUs, and CPU time rises under contention (never falls), so each
+cell starts once the machine is quiet again (a host's background work done) and keeps its least CPU over the
+rounds. `--baseline DIR` measures another version of the package in the same rounds, interleaved cell by cell
+with this one on the same hosts (DIR: a checkout of that version, for example `git worktree add /tmp/before
+<commit>`; its `narwhal_assets` is imported first), and prints both.
 
 First, what a connection costs while it waits: a staged host's connection stays open, idle, until every host
 staged. Measured in this process over one connection per host: CPU per connection-second idle, against the
 same connections each running `sleep` (keep-alives under way) as the baseline.
 
-    .venv/bin/python benchmarks/bench_fleet_install.py [--small 4] [--large 32] [--repeat 2] [--baseline DIR]
+    .venv/bin/python benchmarks/bench_fleet_install.py [--small 4] [--large 32] [--repeat 3] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -43,12 +48,15 @@ from narwhal_assets.ssh.parallel import over_hosts
 from narwhal_assets.ssh.trust import TrustMode
 
 IDLE_S = 10.0
+QUIESCE_S = 20.0
 
 
 def measure(root: Path, *argv: str, code: Path | None = None) -> tuple[float, float]:
     """Wall and CPU seconds of one `deploy-hosts` command (of the package in `code`, else this one) and every
-    process it started; run in the checkout, so that no package in the current directory shadows `code`."""
-    env = {**os.environ, "PYTHONPATH": str(code)} if code else None
+    process it started, on the checkout's own instance; run in the checkout, so that no package in the
+    current directory shadows `code`."""
+    env = {**os.environ, "DAGSTER_HOME": str(root / "runs" / "dagster")} | ({"PYTHONPATH": str(code)} if code else {})
+    quiesce()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "narwhal_assets", "--root", str(root), *argv],
@@ -58,6 +66,22 @@ def measure(root: Path, *argv: str, code: Path | None = None) -> tuple[float, fl
         raise SystemExit(f"{argv[0]} failed:\n{done.stdout}{done.stderr}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def quiesce(idle: float = 0.9, most_s: float = QUIESCE_S) -> None:
+    """Wait (at most `most_s`) until the CPUs were at least `idle` idle over a short sample."""
+    deadline = time.monotonic() + most_s
+    while time.monotonic() < deadline:
+        first = _cpu_times()
+        time.sleep(0.5)
+        second = _cpu_times()
+        total = sum(second) - sum(first)
+        if total <= 0 or (second[3] + second[4] - first[3] - first[4]) / total >= idle:
+            return
+
+
+def _cpu_times() -> list[int]:
+    return [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
 
 
 def idle_cost(root: Path) -> None:
@@ -88,16 +112,12 @@ def _cpu_per_connection_second(connections: int, wait: Callable[[], object]) -> 
     return cpu * 1000 / seconds / connections
 
 
-def selection(count: int) -> list[str]:
-    return [arg for n in range(1, count + 1) for arg in ("--host", f"node-{n}")]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--small", type=int, default=4)
     parser.add_argument("--large", type=int, default=32)
     parser.add_argument("--max-parallel", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=2, help="rounds; each cell keeps its least CPU and wall")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; each cell keeps its least CPU and wall")
     parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                         help="a checkout of another version, measured interleaved with this one")  # fmt: skip
     args = parser.parse_args()
@@ -108,6 +128,8 @@ def main() -> None:
     if args.baseline:
         versions[f"baseline {args.baseline}"] = args.baseline.resolve()
     figures: dict[str, dict[str, dict[int, tuple[float, float]]]] = {version: {} for version in versions}
+    sizes = (args.small, args.large)
+    parallel = ["--max-parallel", str(args.max_parallel)]
     with tempfile.TemporaryDirectory(prefix="narwhal-bench-") as tmp, SimFleet(Path(tmp) / "fleet") as fleet:
         workdir = Path(tmp)
         workdir.chmod(0o711)
@@ -115,30 +137,31 @@ def main() -> None:
             fleet.add_host(f"h{number}", gpus=1)
         fleet.start()
         fleet.write_model("bench", {"weights.bin": b"\0" * 4096}, {"model_type": "llama"})
-        root = checkout(workdir, fleet, args.large)
+        roots = {size: checkout(workdir, fleet, size, name=f"fleet-{size}") for size in sizes}
         set_host_wait(workdir, 0.0)
-        idle_cost(root)
-        parallel = ["--max-parallel", str(args.max_parallel)]
-        cells = ((r, s, v) for r in range(args.repeat) for s in (args.small, args.large) for v in enumerate(versions))
+        idle_cost(roots[args.large])
+        # What every round rolls back to: installed once per fleet; each round installs a new run over it.
+        older = {size: prepare(roots[size], workdir / f"older-{size}") for size in sizes}
+        for size in sizes:
+            measure(roots[size], "install", "--run", str(older[size]), *parallel)
+        cells = ((r, s, v) for r in range(args.repeat) for s in sizes for v in enumerate(versions))
         for round_, size, (index, version) in cells:
-            hosts, code = selection(size), versions[version]
-            older = prepare(root, workdir / f"older-{size}-{round_}-{index}")
+            root, code = roots[size], versions[version]
             newer = prepare(root, workdir / f"newer-{size}-{round_}-{index}")
-            measure(root, "install", "--run", str(older), *hosts, *parallel, code=code)
             steps = {
-                "install (first)": ("install", "--run", str(newer), *hosts, *parallel),
-                "install (reuse)": ("install", "--run", str(newer), *hosts, *parallel),
-                "rollback": ("rollback", "--run", str(older), *hosts, *parallel),
-                "status": ("status", *hosts),
+                "install (first)": ("install", "--run", str(newer), *parallel),
+                "install (reuse)": ("install", "--run", str(newer), *parallel),
+                "rollback": ("rollback", "--run", str(older[size]), *parallel),
+                "status": ("status",),
             }
             steps["rollback (already current)"] = steps["rollback"]
             for name, argv in steps.items():
                 wall, cpu = measure(root, *argv, code=code)
-                print(f"  round {round_ + 1}, {size} hosts, {version}: {name} {wall:.1f} s, {cpu:.2f} cpu s "
+                print(f"  round {round_ + 1}, {size}-host fleet, {version}: {name} {wall:.1f} s, {cpu:.2f} cpu s "
                       f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)  # fmt: skip
                 best = figures[version].setdefault(name, {}).get(size, (wall, cpu))
                 figures[version][name][size] = (min(wall, best[0]), min(cpu, best[1]))
-    print(f"{args.small} and {args.large} simulated hosts, {os.cpu_count()} CPUs here, load average "
+    print(f"fleets of {args.small} and {args.large} simulated hosts, {os.cpu_count()} CPUs here, load average "
           f"{os.getloadavg()[0]:.1f} at the end; workstation CPU only (the command and its descendants)")
     for version, found in figures.items():
         report(version, found, args.small, args.large)

@@ -62,9 +62,9 @@ def git(root: Path, *args: str) -> str:
                           check=True).stdout.strip()  # fmt: skip
 
 
-def checkout(workdir: Path, fleet: SimFleet, hosts: int) -> Path:
-    """A git checkout with a tiny app, its .env for the fleet, discovered once."""
-    root = workdir / "checkout"
+def checkout(workdir: Path, fleet: SimFleet, hosts: int, name: str = "checkout") -> Path:
+    """A git checkout with a tiny app, its .env for the fleet's first `hosts` hosts, discovered once."""
+    root = workdir / name
     (root / "app").mkdir(parents=True)
     (root / "app" / "__init__.py").write_text("")
     (root / ".gitignore").write_text("/.env\n/config/*.json\n/config/*.env\n/config/ssh.known_hosts*\n/runs/\n")
@@ -102,6 +102,7 @@ def host_cpu(fleet: SimFleet, hosts: int) -> float:
 
 
 def prepare(root: Path, out: Path) -> Path:
+    os.environ["DAGSTER_HOME"] = str(root / "runs" / "dagster")  # the checkout's own instance
     with contextlib.redirect_stdout(io.StringIO()):
         if deploy_hosts(["--root", str(root), "prepare", "--out", str(out)]) != 0:
             raise SystemExit("prepare failed")
