@@ -113,15 +113,15 @@ class _ParsedConfig:
         self._found: dict[str, paramiko.SSHConfigDict] = {}
         # paramiko keeps the blocks, in file order, as {"host": [patterns] | "matches": [...], "config": {}}.
         self._blocks: list[dict[str, Any]] = self._config._config
-        self._named: dict[str, list[int]] | None = {}
+        self._whole = any("canonicalizehostname" in block["config"] for block in self._blocks)
+        self._named: dict[str, list[int]] = {}
+        self._always: list[int] = []
         for index, block in enumerate(self._blocks):
-            if "canonicalizehostname" in block["config"]:
-                self._named = None
-                break
-            for name in _plain_names(block) or ():
+            names = _plain_names(block)
+            if names is None:
+                self._always.append(index)
+            for name in names or ():
                 self._named.setdefault(name, []).append(index)
-        named = {i for found in (self._named or {}).values() for i in found}
-        self._always = [i for i in range(len(self._blocks)) if i not in named]
 
     def lookup(self, alias: str) -> paramiko.SSHConfigDict:
         found = self._found.get(alias)
@@ -130,8 +130,8 @@ class _ParsedConfig:
         return found
 
     def _candidates(self, alias: str) -> paramiko.SSHConfig:
-        """The blocks that can apply to `alias`, as a config of their own (the whole one without an index)."""
-        if self._named is None:
+        """The blocks that can apply to `alias`, in file order, as a config of their own (or the whole one)."""
+        if self._whole:
             return self._config
         candidates = paramiko.SSHConfig()
         candidates._config = [self._blocks[i] for i in sorted([*self._named.get(alias, ()), *self._always])]

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -369,3 +370,20 @@ def test_an_indexed_lookup_finds_what_a_whole_config_lookup_finds(blocks: list[s
     indexed = _ParsedConfig(text)
     for alias in ALIASES:
         assert indexed.lookup(alias) == paramiko.SSHConfig.from_text(text).lookup(alias), f"{alias} in\n{text}"
+
+
+def test_a_config_that_canonicalizes_is_looked_up_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second pass looks up the canonical name, whose plain-named block the alias's index would miss.
+    The resolver answers for example.invalid only, so no name lookup leaves this machine."""
+    resolved = {"h1.example.invalid": "192.0.2.1"}
+
+    def resolve(name: str) -> str:
+        if name not in resolved:
+            raise socket.gaierror(name)
+        return resolved[name]
+
+    monkeypatch.setattr(paramiko.config.socket, "gethostbyname", resolve)
+    text = ("Host h1.example.invalid\n  User canonical\nHost *\n  CanonicalizeHostname yes\n"
+            "  CanonicalDomains example.invalid\n")  # fmt: skip
+    assert _ParsedConfig(text).lookup("h1")["user"] == "canonical"
+    assert paramiko.SSHConfig.from_text(text).lookup("h1")["user"] == "canonical"

@@ -30,7 +30,7 @@ _DQ_RUN = re.compile(r'[^"$`\\\r]+')  # what a double-quoted value keeps as it i
 # The line render_exports writes (and most hand-written ones): read in one match. Any other line, and any
 # line with a CR, a comment or a quote inside, does not match and goes through the full reader below.
 _SIMPLE_LINE = re.compile(
-    r"(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=(?:'([^'\r\n]*)'|(" + _PLAIN_CLASS + r"*))[ \t]*(?=\n|\Z)"
+    r"(?:export[ \t]+)?(" + NAME_RE.pattern + r")=(?:'([^'\r\n]*)'|(" + _PLAIN_CLASS + r"*))[ \t]*(?=\n|\Z)"
 )
 
 
