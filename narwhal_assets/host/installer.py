@@ -12,11 +12,12 @@ Actions, all on `~/<remote_dir>` (created with umask 077):
 - `install`: under the lock (`.install-lock`, owner info inside, removed when this program exits),
   receive each file to a temporary name, hash-check it, link it into place; clone the bundle into
   `checkout/`, require HEAD == revision and a clean tree, place role files, create `.venv`, run the install
-  and check commands: outcome `ready`. The marker is NOT written here: a host whose connection died
-  mid-install must not claim completion, so the workstation commits it only after reading this report.
-- `commit`: under the lock, verify everything again, write `.installed-files` (SHA-256 of the file list as
-  sent, so a directory says which file set it claims) then the marker (revision + newline), then move
-  `current`: `installed`; with `activate: false` it stops before moving `current`: `staged`.
+  and check commands, verify everything again, then write `.installed-files` (SHA-256 of the file list as
+  sent, so a directory says which file set it claims) and the marker (revision + newline) last: outcome
+  `staged`; `current` is untouched. An installer stopped before the marker (a failed gate, the budget spent,
+  a signal: sshd hangs up when the workstation's connection goes) leaves none, so the host never claims
+  completion for work that did not finish; one run, not a second call, so a first install costs the
+  workstation one installer round trip fewer per host.
 - `activate`: under the lock, require the marker to name the revision, verify everything, move `current`.
 - `status`: read-only, on `~/<remote_base>/`: every entry (bounded), its marker state and revision, which one
   `current` names, and for the deployments whose file list the workstation passed (`known`), `intact` or
@@ -95,7 +96,7 @@ OWNERLESS_STALE_S = 600.0
 LOCK_WAIT_S = 60.0  # the longest wait for the deployment directory's flock (held only to change the lock)
 FILE_SET_LIMIT = 256
 GIT_OUTPUT_LIMIT = 64 << 20
-ACTIONS = ("inspect", "install", "commit", "activate", "status", "prune")
+ACTIONS = ("inspect", "install", "activate", "status", "prune")
 # git reads no configuration but the checkout's own, overridden here where it could run a program or hide
 # a change; the environment carries no inherited GIT_* variable (GIT_CONFIG_COUNT, GIT_DIR, ...).
 GIT_OPTIONS = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
@@ -558,7 +559,7 @@ class Installer:
             return "incomplete"
         self.require_marker(found)
         self.verify_all()
-        # complete but for the virtualenv (removed or broken since): `install` rebuilds it, `commit` re-marks
+        # complete but for the virtualenv (removed or broken since): `install` rebuilds it and marks it again
         return "reused" if self.venv_problem() is None else "incomplete"
 
     def require_marker(self, found: str | None) -> None:
@@ -577,20 +578,10 @@ class Installer:
         self.verify_checkout()
         self.place()
         self.venv_and_commands()
-        self.verify_checkout()
-        return "ready"
-
-    def commit(self) -> str:
-        _real_dirs(self.home, self.base, "directory")
-        _real_dir(self.base, os.path.relpath(self.base, self.home), "directory")
-        self.lock()
-        self.verify_all()
+        self.verify_all()  # the commands changed no tracked or placed file
         self.require_venv()
         self.write_marker()
-        if not self.params.get("activate", True):
-            return "staged"  # complete and verified; `activate` moves `current` later
-        self.move_current()
-        return "installed"
+        return "staged"  # complete and verified; `activate` moves `current`
 
     def activate(self) -> str:
         _real_dirs(self.home, self.base, "directory")

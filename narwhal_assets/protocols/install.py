@@ -27,7 +27,7 @@ BOOTSTRAP = (
     'exec(compile(sys.stdin.buffer.read(n),"narwhal-install","exec"))\''
 )
 REPORT_LIMIT = 8 << 20
-Action = Literal["inspect", "install", "commit", "activate", "status", "prune"]
+Action = Literal["inspect", "install", "activate", "status", "prune"]
 ENTRY_LIMIT = 256  # the installer's `ENTRY_LIMIT`: entries `status` lists, ids `prune` takes
 DeploymentId = Annotated[str, Field(pattern=DEPLOYMENT_ID_RE.pattern, max_length=32)]
 MESSAGE_LIMIT = 4096
@@ -103,8 +103,7 @@ class InstallReport(BaseModel):
     schema_: Literal["narwhal.install-report"] = Field(alias="schema")
     schema_version: Literal[1]
     action: Action
-    outcome: Literal["absent", "incomplete", "reused", "ready", "staged", "installed", "activated", "listed",
-                     "pruned", "failed"]  # fmt: skip
+    outcome: Literal["absent", "incomplete", "reused", "staged", "activated", "listed", "pruned", "failed"]
     gate: str | None = Field(default=None, max_length=32)
     message: str | None = Field(default=None, max_length=MESSAGE_LIMIT)
     files: dict[str, Literal["present", "missing"]] = Field(default_factory=dict)

@@ -1,10 +1,9 @@
 """Install a prepared run on one host over its one SSH connection (spec 13.3); the asset and CLI call this.
 
 Per host: `inspect` (read-only; `reused` when the marker names the revision and everything verifies, so
-nothing is sent, and `activate` points `current` at it), then `install` with only the files the host lacks,
-then `commit`, which writes the completion marker and moves `current` only after the workstation has read a
-successful install report. Every script sent, its exit status and output are appended to
-`<run>/logs/<host-id>.log` (0600 in a 0700 directory).
+nothing is sent), else `install` with only the files the host lacks, which verifies what it built and writes
+the completion marker last; then, once the fleet may move, `activate` points `current` at it. Every script
+sent, its exit status and output are appended to `<run>/logs/<host-id>.log` (0600 in a 0700 directory).
 """
 
 from __future__ import annotations
@@ -228,9 +227,9 @@ def installer_params(run: PreparedRun, host_id: str, commands: InstallCommands |
 
 def stage_host(connection: HostConnection, run: PreparedRun, commands: InstallCommands, mode: Mode) -> HostOutcome:
     """Phase 1 on one host, `current` untouched: `inspect`; a deployment found complete and verified is
-    `reused` (nothing sent); otherwise (`install` mode) send what is missing, `install`, then `commit` the
-    marker without activating: `installed`. In `activate` mode (rollback) the deployment must already be
-    complete and untampered there. Stops at the first failing gate."""
+    `reused` (nothing sent); otherwise (`install` mode) send what is missing and `install`, which ends with
+    the marker: `installed`. In `activate` mode (rollback) the deployment must already be complete and
+    untampered there. Stops at the first failing gate."""
     began = time.monotonic()
     host = run.manifest.host(connection.host_id)
     outcome = HostOutcome(host.id, remote_dir=run.manifest.remote_dir, deployment_id=run.manifest.deployment_id,
@@ -252,10 +251,7 @@ def stage_host(connection: HostConnection, run: PreparedRun, commands: InstallCo
             outcome.bytes_sent = sum(len(p) for p in payloads)
             report = call_installer(connection, log, {**params, "action": "install",
                                                       "send": [f.name for f, _ in send]}, payloads)  # fmt: skip
-            outcome.files_sent = report.files_received
-            outcome.notes += report.notes
-            report = call_installer(connection, log, {**params, "action": "commit", "activate": False}, [])
-            outcome.files_verified = report.files_verified
+            outcome.files_sent, outcome.files_verified = report.files_received, report.files_verified
             outcome.notes += report.notes
         outcome.outcome = "reused" if report.outcome == "reused" else "installed"
     except NarwhalError as exc:
@@ -313,15 +309,15 @@ def call_installer(
     if log is not None:
         log.script(params["action"], script)
     result = connection.run(BOOTSTRAP, stdin=install_stream(script, payloads))
-    if log is not None:
-        log.result(result.rc, result.stdout, result.stderr)
     try:
         report = parse_install_report(result.stdout)
     except ReportError as exc:
+        if log is not None:
+            log.result(result.rc, result.stdout, result.stderr, None)
         detail = f"{exc} (exit status {result.rc}" + (f"; see {log.path})" if log else ")")
         raise HostInstallFailure(connection.host_id, "report", detail) from None
     if log is not None:
-        log.steps(report)
+        log.result(result.rc, result.stdout, result.stderr, report)
     if report.outcome == "failed":
         raise HostInstallFailure(connection.host_id, report.gate or "report", report.message or "(no message)")
     return report
@@ -352,17 +348,16 @@ class HostLog:
         self._append(f"\n=== {_now()} {action}\n$ {BOOTSTRAP}\n{head}--- script on stdin ---\n{script}")
         _SOURCE_LOGGED.add(self.path)
 
-    def result(self, rc: int, stdout: bytes, stderr: bytes) -> None:
-        self._append(f"--- exit status {rc} ---\n--- stdout ---\n{_clip(stdout)}--- stderr ---\n{_clip(stderr)}")
-
-    def steps(self, report: InstallReport) -> None:
-        for step in report.steps:
-            shown = " ".join(step.argv)
-            self._append(f"--- host ran: {shown}\n--- exit status {step.rc} ({step.seconds:.2f} s) ---\n{step.output}")
-        for note in report.notes:
-            self._append(f"--- note: {note}\n")
-        if report.outcome == "failed":
-            self._append(f"--- gate {report.gate}: {report.message}\n")
+    def result(self, rc: int, stdout: bytes, stderr: bytes, report: InstallReport | None) -> None:
+        """The exit status and output, then what the report says the host ran: one write per call."""
+        parts = [f"--- exit status {rc} ---\n--- stdout ---\n{_clip(stdout)}--- stderr ---\n{_clip(stderr)}"]
+        for step in report.steps if report else ():
+            parts.append(f"--- host ran: {' '.join(step.argv)}\n--- exit status {step.rc} ({step.seconds:.2f} s) ---\n"
+                         f"{step.output}" + ("" if step.output.endswith("\n") else "\n"))  # fmt: skip
+        parts += [f"--- note: {note}\n" for note in (report.notes if report else ())]
+        if report and report.outcome == "failed":
+            parts.append(f"--- gate {report.gate}: {report.message}\n")
+        self._append("".join(parts))
 
     def note(self, text: str) -> None:
         self._append(f"# {_now()} {text}\n")
@@ -377,14 +372,23 @@ class HostLog:
             return False
 
     def _append(self, text: str) -> None:
-        ensure_private_dir(self.path.parent)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
+        data = (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace")
+        if self.path.parent not in _PRIVATE_DIRS:  # made (or tightened) to 0700 once per process
+            ensure_private_dir(self.path.parent)
+            _PRIVATE_DIRS.add(self.path.parent)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
         try:
-            os.write(fd, (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace"))
+            fd = os.open(self.path, flags, FILE_MODE)
+        except FileNotFoundError:  # the directory was removed since: made again
+            fd = os.open(ensure_private_dir(self.path.parent) / self.path.name, flags, FILE_MODE)
+        try:
+            os.write(fd, data)
         finally:
             os.close(fd)
 
 
+# Log directories this process has made private.
+_PRIVATE_DIRS: set[Path] = set()
 # Host logs this process has written the installer source into (or found it in).
 _SOURCE_LOGGED: set[Path] = set()
 

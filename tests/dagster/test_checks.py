@@ -81,3 +81,31 @@ def test_the_inventory_check_covers_the_dagster_instance(tmp_path: Path) -> None
     assert not result.passed and result.description == f"{db}: mode 0644, expected 0600"
     db.chmod(0o600)
     assert private_modes_result(Settings.load(root), dg.AssetKey("host_inventory"), instance_dir).passed
+
+
+def test_each_hosts_latest_successful_install_is_read_in_one_pass() -> None:
+    """Per partition the newest materialization wins; a later failed install (an observation), another
+    asset's or another partition's event does not count; a host never installed is None."""
+    from narwhal_assets.defs.installation.checks import latest_installs
+    from narwhal_assets.defs.keys import INSTALLATION
+    from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+
+    def installed(host: str, deployment: str) -> None:
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            INSTALLATION, partition=host, metadata={"deployment_id": deployment, "revision": "r-" + deployment}))
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(HOSTS_PARTITIONS_NAME, ["node-1", "node-2", "node-3", "node-4"])
+        installed("node-1", "d1")
+        installed("node-2", "d1")
+        installed("node-1", "d2")
+        instance.report_runless_asset_event(dg.AssetObservation(
+            INSTALLATION, partition="node-1", metadata={"deployment_id": "d3", "revision": "r-d3"}))
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            "another_asset", metadata={"deployment_id": "d9", "revision": "r-d9"}))
+        installed("node-4", "d4")
+        found = latest_installs(instance, ["node-1", "node-2", "node-3"])
+    assert {host: (i.deployment_id, i.revision) if i else None for host, i in found.items()} == {
+        "node-1": ("d2", "r-d2"), "node-2": ("d1", "r-d1"), "node-3": None}
+    with dg.DagsterInstance.ephemeral() as empty:
+        assert latest_installs(empty, []) == {}

@@ -293,8 +293,9 @@ def test_cut_link_mid_install_fails_that_host_by_keepalive_and_a_rerun_completes
 ) -> None:  # fmt: skip
     """h3's link goes down while its install command runs: the keep-alive window (1 s x 3), not the 600 s
     command timeout, fails that host alone, in one line. The host cannot hear the close, so its installer
-    runs on until its guard sees the connection go (once the link is back) or it ends; either way it
-    leaves no marker, and its lock is released or stale, so the rerun installs h3 and reuses the others."""
+    runs on until its guard sees the connection go (once the link is back, well before its 60 s install
+    command ends) and stops it before the marker; its lock is released or stale, so the rerun installs h3
+    and reuses the others."""
     monkeypatch.setenv("NARWHAL_SSH_ALIVE_INTERVAL", "1")
     monkeypatch.setenv("NARWHAL_SSH_ALIVE_COUNT", "3")
     rc = install_while_h3_fails(discovered, prepared, fleet, lambda: fleet.cut_link("h3"),

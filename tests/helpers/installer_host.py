@@ -89,6 +89,7 @@ class Host:
         return self.call("install", send=[n for n in self.payloads if inspected.files.get(n) != "present"])
 
     def install(self) -> InstallReport:
+        """Stage (the marker written last), then point `current` at it."""
         report = self.stage()
-        assert report.outcome == "ready", report
-        return self.call("commit")
+        assert report.outcome == "staged", report
+        return self.call("activate")

@@ -56,7 +56,7 @@ def test_a_prune_reply_names_only_deployment_ids() -> None:
 
 
 def test_the_installers_notes_reach_the_host_line_escaped() -> None:
-    report = parse_install_report(reply(action="install", outcome="ready",
+    report = parse_install_report(reply(action="install", outcome="staged",
                                         notes=[".install-lock of pid 7 (gone) \x1b[31m: taken over"]))  # fmt: skip
     assert report.notes == [".install-lock of pid 7 (gone) \\x1b[31m: taken over"]
     outcome = HostOutcome("node-1", outcome="installed", activation="activated", current_before=None,

@@ -67,7 +67,7 @@ def installed_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("installed")
     repo_host = Host(tmp / "home", *make_source(tmp))
     repo_host.home.mkdir()
-    assert repo_host.install().outcome == "installed"
+    assert repo_host.install().outcome == "activated"
     return tmp
 
 
@@ -102,17 +102,15 @@ def test_a_half_made_venv_is_rebuilt_and_never_marked(done: Host) -> None:
         damage()
         inspected = done.call("inspect")
         assert inspected.outcome == "incomplete", what  # not `reused`: a rerun must repair it
-        assert done.stage().outcome == "ready", what
+        assert done.stage().outcome == "staged", what
         assert (venv / "bin" / "activate").is_file() and (venv / "pyvenv.cfg").is_file(), what
         assert pip_importable(venv), what
-        assert done.call("commit").outcome == "installed", what
-    # a venv broken after a successful install report: commit refuses to mark it, status calls it tampered
-    (done.base / "installed").unlink()
+        assert done.call("activate").outcome == "activated", what
+    # a venv broken after it was marked: activate refuses to point `current` at it
     (venv / "bin" / "activate").unlink()
-    refused = done.call("commit")
+    refused = done.call("activate")
     assert (refused.outcome, refused.gate) == ("failed", "venv")
     assert refused.message == "checkout/.venv is incomplete (no bin/activate): run the install again"
-    assert not (done.base / "installed").exists()
     assert os.path.exists(python)
 
 
@@ -125,7 +123,7 @@ def test_a_venv_killed_mid_creation_is_not_reused(host: Host) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     for script in (venv / "bin").glob("activate*"):
         script.unlink()
-    assert host.install().outcome == "installed"
+    assert host.install().outcome == "activated"
     assert (venv / "bin" / "activate").is_file() and pip_importable(venv)
 
 
@@ -260,7 +258,7 @@ def test_a_lock_left_without_its_owner_record_holds_only_until_it_is_stale(done:
         assert holder.stdout.readline() == "held\n"
         assert deployment_state(done) == "locked"
         since = json.loads((done.base / ".install-lock" / "owner.json").read_text())["since"]
-        report = done.call("commit")
+        report = done.call("activate")
         assert report.gate == "lock"
         assert report.message == f".install-lock is held by holder (pid {holder.pid}) since {since}"
     finally:
@@ -270,7 +268,7 @@ def test_a_lock_left_without_its_owner_record_holds_only_until_it_is_stale(done:
 
     for partial in (False, True):
         lock = ownerless_lock(done.base, 10, partial)
-        report = raw_call(done, "commit")
+        report = raw_call(done, "activate")
         assert (report["outcome"], report["gate"]) == ("failed", "lock")
         assert report["message"] == ".install-lock is held by an unknown owner (no readable owner.json)"
         assert deployment_state(done) == "locked"
@@ -279,8 +277,8 @@ def test_a_lock_left_without_its_owner_record_holds_only_until_it_is_stale(done:
         old = time.time() - installer.OWNERLESS_STALE_S - 60
         os.utime(lock, (old, old))
         assert deployment_state(done) == "installed", "an ownerless stale lock is no install in progress"
-        report = raw_call(done, "commit")
-        assert report["outcome"] == "installed", report
+        report = raw_call(done, "activate")
+        assert report["outcome"] == "activated", report
         [note] = report["notes"]
         assert re.fullmatch(r"\.install-lock had no readable owner\.json (for \d+ s|since before this boot) \(an "
                             r"installer killed while making it\): taken over", note), note  # fmt: skip
@@ -290,8 +288,8 @@ def test_a_lock_left_without_its_owner_record_holds_only_until_it_is_stale(done:
     lock = ownerless_lock(done.base, 0)
     before_boot = installer.boot_time() - 60
     os.utime(lock, (before_boot, before_boot))
-    report = raw_call(done, "commit")
-    assert report["outcome"] == "installed", report
+    report = raw_call(done, "activate")
+    assert report["outcome"] == "activated", report
     assert report["notes"] == [".install-lock had no readable owner.json since before this boot (an installer "
                                "killed while making it): taken over"]  # fmt: skip
     assert lock_leftovers(done.base) == []
@@ -321,8 +319,8 @@ def test_an_installer_killed_anywhere_in_its_lock_code_leaves_nothing_that_block
         assert killed.returncode == -9, (when, n, killed.stderr)
         assert [re.sub(r"-[0-9a-f]{32}$", "", name) for name in lock_leftovers(done.base)] == [left], (when, n)
         assert deployment_state(done) == "installed", (when, n, lock_leftovers(done.base))
-        report = raw_call(done, "commit")
-        assert report["outcome"] == "installed", (when, n, report)
+        report = raw_call(done, "activate")
+        assert report["outcome"] == "activated", (when, n, report)
         assert lock_leftovers(done.base) == [], (when, n)
     assert not part.exists()
 
@@ -339,8 +337,8 @@ def test_an_installer_killed_anywhere_in_its_lock_code_leaves_nothing_that_block
     removable = done.base / f".install-lock.new-{'5' * 32}"
     removable.mkdir()
     (removable / "owner.json").write_text(json.dumps(dead_owner()))
-    report = raw_call(done, "commit")
-    assert report["outcome"] == "installed", report
+    report = raw_call(done, "activate")
+    assert report["outcome"] == "activated", report
     assert report["notes"] == ["removed 1 lock directory left by killed installers"]
     assert lock_leftovers(done.base) == sorted([*kept, f".install-lock.new-{'4' * 32}"])
     assert (victim / "owner.json").read_text() == "keep\n" and sorted(os.listdir(victim)) == ["owner.json"]
@@ -403,7 +401,7 @@ def test_a_symlinked_deploy_directory_stops_every_action_and_changes_nothing(don
     done.top.rename(elsewhere)
     done.top.symlink_to(elsewhere)
     before = sorted(str(p.relative_to(elsewhere)) for p in elsewhere.rglob("*"))
-    for action, extra in [("inspect", {}), ("install", {"send": []}), ("commit", {}), ("activate", {}),
+    for action, extra in [("inspect", {}), ("install", {"send": []}), ("activate", {}),
                           ("status", {"remote_base": "Narwhal-deploy"}),
                           ("prune", {"remote_base": "Narwhal-deploy", "remove": [DEPLOYMENT]})]:  # fmt: skip
         report = done.call(action, **extra)  # type: ignore[arg-type]
@@ -498,7 +496,7 @@ def test_git_on_the_host_runs_no_fsmonitor_and_no_hooks(host: Host) -> None:
     hook.write_text(f"#!/bin/sh\necho hook >> {ran}\n")
     hook.chmod(0o700)
     (host.home / ".gitconfig").write_text(f"[core]\n\thooksPath = {hook.parent}\n")
-    assert host.install().outcome == "installed"
+    assert host.install().outcome == "activated"
     assert not ran.exists(), "a hook from ~/.gitconfig ran during clone"
     monitor = host.home / "fsmonitor"
     monitor.write_text(f"#!/bin/sh\necho fsmonitor >> {ran}\n")

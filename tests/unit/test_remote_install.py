@@ -32,10 +32,10 @@ def host(tmp_path: Path, source: tuple[str, bytes]) -> Host:
     return Host(home, *source)
 
 
-def test_install_commit_then_reuse_receives_nothing(host: Host) -> None:
+def test_install_activate_then_reuse_receives_nothing(host: Host) -> None:
     assert host.call("inspect").outcome == "absent"
     report = host.install()
-    assert (report.outcome, report.files_verified) == ("installed", 3)
+    assert (report.outcome, report.files_verified) == ("activated", 3)
     assert (host.base / "installed").read_text() == host.params["revision"] + "\n"
     assert (host.base / "checkout" / "runs" / "deployment" / ".env.engine-1").read_bytes() == ROLE_FILE
     assert not (host.base / ".install-lock").exists()
@@ -74,7 +74,7 @@ def test_a_held_lock_names_its_owner_and_a_dead_owners_lock_is_taken_over(host: 
         sleeper.kill()
         sleeper.wait()
     assert lock.is_dir(), "a held lock is never removed by the host that found it"
-    assert host.install().outcome == "installed", "the owner process is gone: its lock is stale"
+    assert host.install().outcome == "activated", "the owner process is gone: its lock is stale"
 
 
 def test_a_lock_whose_owner_is_a_zombie_is_stale(host: Host) -> None:
@@ -88,7 +88,7 @@ def test_a_lock_whose_owner_is_a_zombie_is_stale(host: Host) -> None:
         while proc_stat(sleeper.pid)[0] != "Z":  # killed, not reaped: this test is its parent
             time.sleep(0.01)
         assert host.call("status", remote_base="Narwhal-deploy").deployments[0].state == "incomplete"
-        assert host.install().outcome == "installed"
+        assert host.install().outcome == "activated"
     finally:
         sleeper.wait()
 
@@ -200,7 +200,8 @@ def test_activate_needs_the_marker_and_current_must_be_a_symlink(host: Host, sou
     other = Host(host.home, *source, remote_dir=OTHER_DIR)
     inspected = other.call("inspect")
     missing = [n for n in other.payloads if inspected.files.get(n) != "present"]
-    assert other.call("install", send=missing).outcome == "ready"
+    assert other.call("install", send=missing).outcome == "staged"
+    (other.base / "installed").unlink()  # a deployment whose marker is gone since
     report = other.call("activate")
     assert (report.gate, report.message) == ("marker", "installed: missing (the install did not complete)")
     assert not (other.base.parent / "current").exists()

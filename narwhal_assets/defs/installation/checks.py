@@ -50,13 +50,18 @@ def latest_installs(instance: dg.DagsterInstance, host_ids: list[str]) -> dict[s
     The one reader of installations from Dagster: the outdated check, the re-verification schedule and the
     live-drift check all use it.
     """
-    found: dict[str, Installed | None] = {}
-    for host_id in host_ids:
-        records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=INSTALLATION, asset_partitions=[host_id]), limit=1
-        ).records
-        materialization = records[0].asset_materialization if records else None
-        found[host_id] = _installed(materialization.metadata, records[0].timestamp) if materialization else None
+    if not host_ids:
+        return {}
+    latest = instance.get_latest_storage_id_by_partition(
+        INSTALLATION, dg.DagsterEventType.ASSET_MATERIALIZATION, partitions=set(host_ids)
+    )  # one query for every partition's latest id, one for their records: not a query per host
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=INSTALLATION, storage_ids=list(latest.values())), limit=max(len(latest), 1)
+    ).records if latest else []  # fmt: skip
+    found: dict[str, Installed | None] = dict.fromkeys(host_ids)
+    for record in records:
+        if record.partition_key in found and record.asset_materialization is not None:
+            found[record.partition_key] = _installed(record.asset_materialization.metadata, record.timestamp)
     return found
 
 
