@@ -15,6 +15,7 @@ leaves no process on the host.
 from __future__ import annotations
 
 import contextlib
+import functools
 import select
 import shlex
 import socket
@@ -551,10 +552,22 @@ def _auth_keys(transport: paramiko.Transport, endpoint: Endpoint) -> None:
 
 
 def _load_key(path: Path) -> paramiko.PKey | None:
-    """Load an unencrypted private key of any type; encrypted or unreadable keys are skipped."""
+    """Load an unencrypted private key of any type; encrypted or unreadable keys are skipped. Parsed once
+    per process for each version of the file (its inode, size, mtime and ctime: a rewrite, a rename over
+    it, a chmod), not once per host connected."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return _parsed_key(path, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_key(path: Path, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> paramiko.PKey | None:
     try:
         return paramiko.PKey.from_path(path)
-    except (paramiko.PasswordRequiredException, paramiko.SSHException, OSError, ValueError):
+    # cryptography raises TypeError for an OpenSSH-format key that needs a passphrase
+    except (paramiko.PasswordRequiredException, paramiko.SSHException, OSError, ValueError, TypeError):
         return None
 
 

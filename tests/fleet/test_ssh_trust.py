@@ -429,3 +429,23 @@ def wait_port(port: int, limit: float = 15) -> None:
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"port {port} did not open")
+
+
+def test_a_key_that_needs_a_passphrase_is_skipped_for_the_next_identity(
+    tmp_path: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Most operators' first key has a passphrase (and sits in an agent): it is passed over, not a crash,
+    and the next identity authenticates."""
+    locked = tmp_path / "id_locked"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "a passphrase", "-f", str(locked)], check=True)
+    host = fleet.host("h4")
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host h4-locked-first\n  HostName {host.address}\n  User {host.user}\n  IdentityFile {locked}\n"
+                      f"  IdentityFile {fleet.client_key_path}\n  IdentitiesOnly yes\n")  # fmt: skip
+    root = tmp_path / "locked-first"
+    root.mkdir()
+    (root / ".env").write_text(f"NARWHAL_NODE_1_SSH=h4-locked-first\nNARWHAL_SSH_CONFIG={config}\n")
+    enrol(root)
+    rc, out, err = cli(root, "check-access", capsys=capsys)
+    assert rc == 0, out + err
+    assert "node-1" in out and "Traceback" not in err

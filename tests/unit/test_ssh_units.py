@@ -387,3 +387,26 @@ def test_a_config_that_canonicalizes_is_looked_up_whole(monkeypatch: pytest.Monk
             "  CanonicalDomains example.invalid\n")  # fmt: skip
     assert _ParsedConfig(text).lookup("h1")["user"] == "canonical"
     assert paramiko.SSHConfig.from_text(text).lookup("h1")["user"] == "canonical"
+
+
+def test_a_private_key_is_parsed_once_per_version_of_its_file(tmp_path: Path) -> None:
+    """Loaded once per process for many hosts, yet a key rewritten or replaced in place, or protected by a
+    passphrase since, is read again: what authenticates is always what the file holds now."""
+    from narwhal_assets.ssh.transport import _load_key
+
+    def keygen(name: str, passphrase: str = "") -> Path:
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(tmp_path / name)],
+                       check=True)  # fmt: skip
+        return tmp_path / name
+
+    path, other, locked = keygen("id"), keygen("other"), keygen("locked", "secret")
+    first = _load_key(path)
+    assert first is not None and _load_key(path) is first, "the same file version is parsed once"
+    expected = paramiko.PKey.from_path(other).fingerprint
+    path.write_bytes(other.read_bytes())  # rewritten in place: another key, the same size
+    reloaded = _load_key(path)
+    assert reloaded is not None and reloaded.fingerprint == expected != first.fingerprint
+    os.replace(locked, path)  # renamed over it: a key that needs a passphrase is skipped
+    assert _load_key(path) is None
+    path.unlink()
+    assert _load_key(path) is None
