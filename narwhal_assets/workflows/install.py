@@ -209,7 +209,7 @@ def connection_failed(host_id: str, run: PreparedRun, exc: NarwhalError, began: 
     outcome = HostOutcome(host_id, gate="connection", message=terminal_safe(str(exc)), deployment_id=
                           run.manifest.deployment_id, remote_dir=run.manifest.remote_dir,
                           seconds=time.monotonic() - began)  # fmt: skip
-    HostLog(run.log_path(host_id)).note(f"outcome: {outcome.describe()}")
+    HostLog.open(run.log_path(host_id)).note(f"outcome: {outcome.describe()}")
     return outcome
 
 
@@ -235,7 +235,7 @@ def stage_host(connection: HostConnection, run: PreparedRun, commands: InstallCo
     outcome = HostOutcome(host.id, remote_dir=run.manifest.remote_dir, deployment_id=run.manifest.deployment_id,
                           mode=mode)  # fmt: skip
     params = installer_params(run, host.id, commands if mode == "install" else None)
-    log = HostLog(run.log_path(host.id))
+    log = HostLog.open(run.log_path(host.id))
     try:
         report = call_installer(connection, log, {**params, "action": "inspect"}, [])
         outcome.files_verified, outcome.current_before = report.files_verified, report.current
@@ -265,7 +265,7 @@ def activate_host(connection: HostConnection, run: PreparedRun, outcome: HostOut
     """Phase 2 on one staged host: point `current` at the deployment (the installer verifies everything
     again under the deployment's lock first), unless it already points there."""
     began = time.monotonic()
-    log = HostLog(run.log_path(outcome.host_id))
+    log = HostLog.open(run.log_path(outcome.host_id))
     if outcome.current_before == run.manifest.deployment_id:
         outcome.activation, outcome.current_after = "already current", outcome.current_before
     else:
@@ -338,6 +338,12 @@ class HostLog:
 
     path: Path
 
+    @classmethod
+    def open(cls, path: Path) -> HostLog:
+        """The log at `path`, its directory made (or tightened to) 0700 once here, not on every write."""
+        ensure_private_dir(path.parent)
+        return cls(path)
+
     def script(self, action: str, script: str) -> None:
         """The command line and the script it ran; the unchanged installer source is written once per log."""
         source = installer_source()
@@ -349,14 +355,14 @@ class HostLog:
         _SOURCE_LOGGED.add(self.path)
 
     def result(self, rc: int, stdout: bytes, stderr: bytes, report: InstallReport | None) -> None:
-        """The exit status and output, then what the report says the host ran: one write per call."""
+        """The exit status and output, then what the report (if one was read) says the host ran: one write."""
         parts = [f"--- exit status {rc} ---\n--- stdout ---\n{_clip(stdout)}--- stderr ---\n{_clip(stderr)}"]
-        for step in report.steps if report else ():
-            parts.append(f"--- host ran: {' '.join(step.argv)}\n--- exit status {step.rc} ({step.seconds:.2f} s) ---\n"
-                         f"{step.output}" + ("" if step.output.endswith("\n") else "\n"))  # fmt: skip
-        parts += [f"--- note: {note}\n" for note in (report.notes if report else ())]
-        if report and report.outcome == "failed":
-            parts.append(f"--- gate {report.gate}: {report.message}\n")
+        if report is not None:
+            parts += [_ended(f"--- host ran: {' '.join(step.argv)}\n--- exit status {step.rc} ({step.seconds:.2f} s) "
+                             f"---\n{step.output}") for step in report.steps]  # fmt: skip
+            parts += [f"--- note: {note}\n" for note in report.notes]
+            if report.outcome == "failed":
+                parts.append(f"--- gate {report.gate}: {report.message}\n")
         self._append("".join(parts))
 
     def note(self, text: str) -> None:
@@ -372,23 +378,18 @@ class HostLog:
             return False
 
     def _append(self, text: str) -> None:
-        data = (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace")
-        if self.path.parent not in _PRIVATE_DIRS:  # made (or tightened) to 0700 once per process
-            ensure_private_dir(self.path.parent)
-            _PRIVATE_DIRS.add(self.path.parent)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
         try:
-            fd = os.open(self.path, flags, FILE_MODE)
-        except FileNotFoundError:  # the directory was removed since: made again
-            fd = os.open(ensure_private_dir(self.path.parent) / self.path.name, flags, FILE_MODE)
-        try:
-            os.write(fd, data)
+            os.write(fd, _ended(text).encode("utf-8", "replace"))
         finally:
             os.close(fd)
 
 
-# Log directories this process has made private.
-_PRIVATE_DIRS: set[Path] = set()
+def _ended(text: str) -> str:
+    """`text` ending in a newline."""
+    return text if text.endswith("\n") else text + "\n"
+
+
 # Host logs this process has written the installer source into (or found it in).
 _SOURCE_LOGGED: set[Path] = set()
 
@@ -402,7 +403,7 @@ def _clip(data: bytes) -> str:
     text = data[:LOG_OUTPUT_LIMIT].decode("utf-8", "replace")
     if len(data) > LOG_OUTPUT_LIMIT:
         text += f"\n[... {len(data) - LOG_OUTPUT_LIMIT} bytes not logged]\n"
-    return text if text.endswith("\n") or not text else text + "\n"
+    return _ended(text) if text else text
 
 
 def _now() -> str:

@@ -56,7 +56,7 @@ def latest_installs(instance: dg.DagsterInstance, host_ids: list[str]) -> dict[s
         INSTALLATION, dg.DagsterEventType.ASSET_MATERIALIZATION, partitions=set(host_ids)
     )  # one query for every partition's latest id, one for their records: not a query per host
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=INSTALLATION, storage_ids=list(latest.values())), limit=max(len(latest), 1)
+        dg.AssetRecordsFilter(asset_key=INSTALLATION, storage_ids=list(latest.values())), limit=len(latest)
     ).records if latest else []  # fmt: skip
     found: dict[str, Installed | None] = dict.fromkeys(host_ids)
     for record in records:
