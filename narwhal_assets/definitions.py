@@ -18,13 +18,13 @@ from narwhal_assets.defs.discovery.freshness import discovered_set_fresh, discov
 from narwhal_assets.defs.discovery.inventory import host_inventory
 from narwhal_assets.defs.installation.assets import host_installation, install_job
 from narwhal_assets.defs.installation.checks import installation_outdated_sensor, installed_from_latest_manifest
-from narwhal_assets.defs.installation.fleet import fleet_install_job
 from narwhal_assets.defs.installation.status import live_matches_installed
 from narwhal_assets.defs.names import DISCOVERY_JOB, PREPARE_JOB
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings, default_root
 from narwhal_assets.defs.schedules import reverify_installed_hosts, weekly_full_rehash
 from narwhal_assets.defs.sensors import inventory_sensor, rediscovery_sensor
 from narwhal_assets.local.process_env import scrub_access_variables
+from narwhal_assets.workflows.rollout import Progress
 
 # Every process that loads this code location (dagster CLI, code server, run workers) creates Dagster's
 # storage and compute logs private, like every file the project writes.
@@ -60,18 +60,21 @@ prepare_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(prepare_deployment),
     description="One verified deployment directory from the discovered config set",
 )
-JOBS = [discovery_job, prepare_job, install_job, fleet_install_job]
+JOBS = [discovery_job, prepare_job, install_job]
 
 
-def make_definitions(root: str = "") -> dg.Definitions:
-    """The code location bound to a management checkout (empty: `NARWHAL_ROOT` or the working directory)."""
+def make_definitions(root: str = "", progress: Progress | None = None) -> dg.Definitions:
+    """The code location bound to a management checkout (empty: `NARWHAL_ROOT` or the working directory);
+    `progress`: what an in-process command shares with the fleet operation it runs (else each run its own)."""
+    fleet_progress = (dg.ResourceDefinition.hardcoded_resource(progress) if progress is not None
+                      else dg.ResourceDefinition(resource_fn=lambda _: Progress()))  # fmt: skip
     return dg.Definitions(
         assets=ALL_ASSETS,
         asset_checks=ALL_CHECKS,
         jobs=JOBS,
         sensors=SENSORS,
         schedules=SCHEDULES,
-        resources={"checkout": ManagementCheckout(root=root), "ssh": SshSettings()},
+        resources={"checkout": ManagementCheckout(root=root), "ssh": SshSettings(), "progress": fleet_progress},
         # Every job's steps depend on each other (a host's parallelism is inside its step, hosts are
         # partitions, each its own run): a process per step would only add ~3 s of imports to each.
         executor=dg.in_process_executor,

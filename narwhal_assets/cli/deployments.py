@@ -3,7 +3,7 @@
 `status` reads every selected host over one strict connection (read-only), records each host's live
 deployment as an observation of its `host_installation` partition and the drift check's evaluation, then
 prints a table (or `--json`); exit 1 when a host could not be read, something is tampered or drifting.
-`prune [--keep N]` (default 5; under the fleet lock) removes old deployment
+`prune [--keep N]` (default 5; under each host's lease) removes old deployment
 directories on hosts (never `current`, never a locked one) and prepared runs on this workstation that no
 host holds any more; `--dry-run` only lists them.
 """
@@ -116,20 +116,9 @@ def _print_table(statuses: list[HostStatus]) -> None:
 
 
 def prune(args: argparse.Namespace) -> int:
-    """Under the fleet lock unless `--dry-run`: no install or rollback moves `current` while this removes."""
-    from contextlib import ExitStack
-
-    from narwhal_assets.defs.resources import SshSettings
-    from narwhal_assets.local.checkout import Checkout
-    from narwhal_assets.ssh.trust import TrustMode
-    from narwhal_assets.workflows.fleet_lock import FleetLock, LockRequest
-
-    with ExitStack() as stack:
-        if not args.dry_run:
-            checkout = Checkout.open(args.root)
-            connector = SshSettings().connector(checkout.settings, TrustMode.STRICT)
-            stack.enter_context(FleetLock(connector, checkout.settings, checkout.inventory, LockRequest("prune")))
-        return _prune(args)
+    """Each host removes under the operation's lease (taken and released in the same call): no install or
+    rollback moves `current` on a host while prune removes there."""
+    return _prune(args)
 
 
 def _prune(args: argparse.Namespace) -> int:
@@ -142,6 +131,7 @@ def _prune(args: argparse.Namespace) -> int:
         remove_prepared_run,
         workstation_prune_plan,
     )
+    from narwhal_assets.workflows.lease import LeaseRequest, OperationLease, lease_seconds
 
     if args.keep < 1:
         raise InputError(["--keep: must be 1 or more"])
@@ -159,11 +149,13 @@ def _prune(args: argparse.Namespace) -> int:
     if not args.dry_run:
         connector = SshSettings().connector(checkout.settings, TrustMode.STRICT)
         entries = {e.id: e for e in checkout.inventory.hosts}
+        lease = OperationLease(LeaseRequest("prune"), lease_seconds(checkout.settings))
         for host_id, plan in plans.items():
             if not plan:
                 continue
             try:
-                report = prune_host(connector, checkout.settings, entries[host_id], plan)
+                with lease.active():
+                    report = prune_host(connector, checkout.settings, entries[host_id], plan, lease)
             except NarwhalError as exc:  # this host only; the others go on
                 failed.append(f"host {host_id}: prune failed: {terminal_safe(str(exc))}")
                 continue

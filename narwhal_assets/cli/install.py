@@ -1,17 +1,18 @@
-"""`deploy-hosts install --run DIR` and `rollback --run DIR`: one fleet operation (`fleet_install_job`).
+"""`deploy-hosts install --run DIR` and `rollback --run DIR`: one fleet operation (`install_job` over the
+selected hosts' `host_installation` partitions: the same run a UI backfill makes).
 
-The manifest is checked against the checkout for every host before any connection (exit 2). Then, under
-the fleet lock, every selected host is staged over its one SSH connection and only then activated
-(`--activate all`, the default: if any host failed, none moves); `--activate each` moves each host as soon
-as it staged, `--activate none` stages only (`rollback --run DIR` activates later). `--canary N` stages and
-activates the first N selected hosts before any other is contacted. Each host line says what happened to
-`current`. A host already complete gets nothing sent. docs/install.md has the whole story.
+The manifest is checked against the checkout for every host before any connection (exit 2). Then the
+operation takes its lease on every selected host (refusing, naming the holder, when another operation holds
+one), stages every host that lacks the deployment and only then activates them (`--activate all`, the
+default: if any host failed, none moves); `--activate each` moves each host as soon as it staged,
+`--activate none` stages only (`rollback --run DIR` activates later). `--canary N` stages and activates the
+first N selected hosts before any other is staged. Each host line says what happened to `current`. A host
+already complete gets nothing sent. docs/install.md has the whole story.
 """
 
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 from contextlib import suppress
 from pathlib import Path
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast 
     from narwhal_assets.workflows.rollout import Progress
 
 EXIT_FAILED = 1
-DEFAULT_PARALLEL = 8  # workflows.rollout.DEFAULT_PARALLEL, spelled here so --help needs no import
+DEFAULT_PARALLEL = 32  # workflows.rollout.DEFAULT_PARALLEL, spelled here so --help needs no import
 ACTIVATE_CHOICES = ("all", "each", "none")
 
 
@@ -53,23 +54,30 @@ def rollback(args: argparse.Namespace) -> int:
 
 
 def run_fleet(args: argparse.Namespace, mode: Mode, command: str) -> int:
-    """One `fleet_install_job` run over the selected hosts; one line per host; exit 1 when a host failed."""
-    from narwhal_assets.defs.installation.fleet import OP, RolloutFailed
-    from narwhal_assets.defs.names import DEPLOYMENT_TAG, FLEET_INSTALL_JOB, REVISION_TAG
+    """One `install_job` run over the selected hosts' partitions; one line per host; exit 1 when a host failed."""
+    from narwhal_assets.defs.installation.assets import RolloutFailed
+    from narwhal_assets.defs.keys import INSTALLATION
+    from narwhal_assets.defs.names import DEPLOYMENT_TAG, INSTALL_JOB, REVISION_TAG
+    from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME, partition_span
     from narwhal_assets.local.checkout import Checkout
     from narwhal_assets.runtime.instance_storage import close_databases
     from narwhal_assets.runtime.runner import run_job
     from narwhal_assets.workflows.install import open_prepared_run, stale_settings
-    from narwhal_assets.workflows.rollout import tracking
+    from narwhal_assets.workflows.lease import lease_seconds, message_problems
+    from narwhal_assets.workflows.rollout import Progress
 
     problems = []
     if args.max_parallel < 1:
         problems.append("--max-parallel: must be 1 or more")
     if args.canary < 0:
         problems.append("--canary: must be 0 or more")
+    if args.canary and args.activate == "none":
+        problems.append("--canary: activates the canary hosts, --activate none activates no host: choose one")
+    problems += message_problems(args.message or "")
     if problems:
         raise InputError(problems)
     checkout = Checkout.open(args.root)
+    lease_seconds(checkout.settings)  # a bad NARWHAL_LEASE_S is refused before anything runs
     entries = checkout.select(args.host or (), args.role or ())
     prepared = open_prepared_run(checkout.settings, checkout.inventory, args.run)
     stale = stale_settings(checkout.settings, prepared) if mode == "install" else []
@@ -79,46 +87,49 @@ def run_fleet(args: argparse.Namespace, mode: Mode, command: str) -> int:
         if args.strict:
             raise InputError([said])
         print(f"deploy-hosts {command}: warning: {said} (--strict refuses)", file=sys.stderr)
-    instance_with_hosts(args.root, checkout.inventory.host_ids())
+    instance = instance_with_hosts(args.root, checkout.inventory.host_ids())
+    span, hosts = partition_span(instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME), [e.id for e in entries])
     manifest = prepared.manifest
     print(f"{command} {prepared.run_dir} revision {manifest.revision} as {manifest.deployment_id} "
           f"into ~/{manifest.remote_dir}: stage {len(entries)} hosts, activate {args.activate}"
           + (f", canary {args.canary}" if args.canary else ""))  # fmt: skip
-    key = secrets.token_hex(8)
-    config = {"run_dir": str(prepared.run_dir), "mode": mode, "hosts": [e.id for e in entries],
-              "activate": args.activate, "canary": args.canary, "max_parallel": args.max_parallel,
-              "message": args.message or "", "progress": key}  # fmt: skip
-    tags = {REVISION_TAG: manifest.revision, DEPLOYMENT_TAG: manifest.deployment_id}
-    with tracking(key) as progress:
-        try:
-            with suppress(RolloutFailed):  # every host's line follows
-                run_job(args.root, FLEET_INSTALL_JOB, command, run_config={"ops": {OP: {"config": config}}},
-                        tags=tags, interrupted=progress.lines)  # fmt: skip
-        finally:
-            close_databases()  # checkpointed now, not at exit: a caller may go on in this process
+    config = {"run_dir": str(prepared.run_dir), "mode": mode, "hosts": hosts, "activate": args.activate,
+              "canary": args.canary, "max_parallel": args.max_parallel, "message": args.message or ""}  # fmt: skip
+    tags = {REVISION_TAG: manifest.revision, DEPLOYMENT_TAG: manifest.deployment_id, **span}
+    progress = Progress()
+    try:
+        with suppress(RolloutFailed):  # every host's line follows
+            run_job(args.root, INSTALL_JOB, command, run_config={"ops": {INSTALLATION.path[-1]: {"config": config}}},
+                    tags=tags, progress=progress)  # fmt: skip
+    finally:
+        close_databases()  # checkpointed now, not at exit: a caller may go on in this process
         report(command, prepared.run_dir, entries, progress)
-    return 0 if len(progress.outcomes) == len(entries) and all(o.ok for o in progress.outcomes) else EXIT_FAILED
+    outcomes = list(progress.outcomes.values())
+    return 0 if len(outcomes) == len(entries) and all(o.ok for o in outcomes) else EXIT_FAILED
 
 
 def report(command: str, run_dir: Path, selected: list[HostEntry], progress: Progress) -> None:
-    """Each host's line, then what was not contacted, where every host now runs, and what failed."""
+    """Each host's line, then what was not staged, where every host now runs, and what failed."""
     from narwhal_assets.workflows.rollout import where_hosts_run
 
-    if progress.broken is not None:
-        print(f"took over the stale fleet lock of {progress.broken.describe()}")
-    outcomes = {o.host_id: o for o in progress.outcomes}
+    for host_id, holder in sorted(progress.broken.items()):
+        print(f"host {host_id}: took over the stale lease of {holder.describe()}")
+    outcomes = progress.outcomes
+    if not outcomes:
+        return  # nothing was staged (refused before any host, or a lease conflicted): the error says why
     for entry in selected:
-        what = outcomes[entry.id].describe() if entry.id in outcomes else "not contacted (a canary or an earlier "\
+        what = outcomes[entry.id].describe() if entry.id in outcomes else "not staged (a canary or an earlier "\
             "host failed)"
         print(f"  {entry.id:<10} roles={','.join(entry.roles):<18} {what}")
-    failed = [o for o in progress.outcomes if not o.ok]
-    if failed and not any(o.activation == "activated" for o in progress.outcomes):
+    done = [outcomes[e.id] for e in selected if e.id in outcomes]
+    failed = [o for o in done if not o.ok]
+    if failed and not any(o.activation == "activated" for o in done):
         print(f"none was activated: {', '.join(o.host_id for o in failed)} failed; a rerun sends nothing to the "
               "hosts that staged")  # fmt: skip
     elif failed:
-        placed = where_hosts_run(progress.outcomes)
+        placed = where_hosts_run(done)
         print("now running: " + "; ".join(f"{where} on {', '.join(hosts)}" for where, hosts in placed.items()))
-    if any(o.activation == "not activated" for o in progress.outcomes) and not failed:
+    if any(o.activation == "not activated" for o in done) and not failed:
         print(f"activate later with: deploy-hosts rollback --run {run_dir}")
     print(f"logs in {run_dir / 'logs'}")
     for outcome in failed:
@@ -151,7 +162,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
                         help=f"hosts at once (default {DEFAULT_PARALLEL}); with --activate each, 1: inventory "
                         "order, stop at the first failure")  # fmt: skip
-    parser.add_argument("--message", default="", metavar="TEXT", help="said by the fleet lock while this runs")
+    parser.add_argument("--message", default="", metavar="TEXT", help="said by every host's lease while this runs "
+                        "(one line, at most 512 bytes)")  # fmt: skip
 
 
 def add_selection(parser: argparse.ArgumentParser) -> None:

@@ -21,6 +21,21 @@ def sync_host_partitions(instance: dg.DagsterInstance, host_ids: list[str]) -> t
     return diff.added, diff.removed
 
 
+# Dagster's own run tags for a run over a range of partitions (a single-run backfill sets the same).
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+
+def partition_span(order: list[str], host_ids: list[str]) -> tuple[dict[str, str], list[str]]:
+    """The run tags for one run over `host_ids` (each a partition, `order` the partitions' order), and the
+    hosts to name in the run's config: none when they are one contiguous range of the partitions (the whole
+    fleet, one host), else exactly them (the range then spans hosts the run leaves alone, observed as such)."""
+    positions = sorted(order.index(h) for h in host_ids)
+    tags = {RANGE_START_TAG: order[positions[0]], RANGE_END_TAG: order[positions[-1]]}
+    contiguous = positions[-1] - positions[0] + 1 == len(positions)
+    return tags, [] if contiguous else sorted(host_ids)
+
+
 def partition_requests(current: list[str], host_ids: list[str]) -> list[dg.DynamicPartitionsRequest]:
     """The same change as the requests a sensor returns (`SensorResult(dynamic_partitions_requests=...)`)."""
     diff = host_diff(current, host_ids)

@@ -26,7 +26,16 @@ Actions, all on `~/<remote_dir>` (created with umask 077):
   `.removing-<id>-<pid>` (a cut connection leaves nothing that looks like a deployment), then delete it.
 
 `~/<remote_base>/current` is a relative symlink to the deployment in service, replaced by one `rename` of a
-new symlink, only under the deployment's lock, after its marker is there and everything verified.
+new symlink, only under the deployment's lock, after its marker is there and everything verified. Staging
+(`inspect`, `install`) already requires `current` to be absent or a symlink to a deployment directory here,
+so an activation that would fail on it fails while no host has moved.
+
+The lease (`host/lease.py`, whose source follows this one on the host): `install`, `activate` and `prune`
+need the operation's lease on this host (`lease.mode`: `acquire` takes it, `hold` requires it still ours),
+and the completion marker, the `current` switch and a prune's rename each happen under the lease guard after
+checking that the lease still names the operation's token (fencing: an operation paused past its lease and
+taken over changes nothing more here). `lease.release` (`after`, or `when_current`: only when `inspect`
+found this deployment complete and already current) releases it when the action ends.
 
 A file already in place with other content, a symlink or a non-regular file stops the host at the gate
 that found it and is left as it was.
@@ -67,6 +76,10 @@ import subprocess
 import sys
 import time
 
+# In the package the lease is its own module; on a host its source follows this one in the same program.
+with contextlib.suppress(ImportError):
+    from narwhal_assets.host.lease import HostLease, LeaseRefused
+
 REPORT_SCHEMA = "narwhal.install-report"
 MARKER = "installed"
 LOCK = ".install-lock"
@@ -79,7 +92,6 @@ OUTPUT_LIMIT = 64 * 1024
 MARKER_LIMIT = 256
 FILE_SET = ".installed-files"
 CURRENT = "current"
-FLEET_LOCK = ".fleet-lock"  # the fleet deploy lock and its guard (fleet_lock.py), on the first host: not listed
 ENTRY_LIMIT = 256
 COMMAND_TIMEOUT_S = 3600.0
 GIT_TIMEOUT_S = 600.0
@@ -139,14 +151,52 @@ class Installer:
         self.temps: list = []
         self.budget = float(params.get("budget_s", ACTION_BUDGET_S))
         self.deadline = time.monotonic() + self.budget
+        lease = params.get("lease")
+        shown_top = params.get("remote_base") or os.path.dirname(params["remote_dir"])
+        self.lease = HostLease(self.home, shown_top, lease) if isinstance(lease, dict) else None
+        self.lease_mode = lease.get("mode") if isinstance(lease, dict) else None
+        self.lease_release = lease.get("release", "never") if isinstance(lease, dict) else "never"
+
+    # ----------------------------------------------------------------- the operation's lease
+
+    def take_lease(self) -> None:
+        """Before any change: the operation's lease on this host, taken (`acquire`) or still ours (`hold`)."""
+        if self.lease is None:
+            raise GateFailure("lease", "no lease was given: a change needs the operation's lease on this host")
+        with _lease_gate():
+            if self.lease_mode == "acquire":
+                self.lease.acquire()
+            else:
+                self.lease.renew()
+
+    @contextlib.contextmanager
+    def fenced(self):  # type: ignore[no-untyped-def]
+        """The caller's change runs under the lease guard, once the lease is seen to be still ours."""
+        if self.lease is None:
+            raise GateFailure("lease", "no lease was given: a change needs the operation's lease on this host")
+        with _lease_gate(), self.lease.fenced():
+            yield
+
+    def end_lease(self, outcome: str, current: str | None) -> None:
+        """Release the lease as asked: `after` the action, or `when_current` (this deployment is complete and
+        already current: the operation has nothing to do here)."""
+        done = self.lease_release == "after" or (
+            self.lease_release == "when_current" and outcome == "reused" and current == os.path.basename(self.base)
+        )
+        if self.lease is not None and done:
+            with contextlib.suppress(LeaseRefused, OSError):
+                self.lease.release()
 
     # ----------------------------------------------------------------- helpers
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.base, *parts)
 
-    def run(self, argv: list, gate: str, cwd: str, env: dict | None = None, timeout: float = GIT_TIMEOUT_S) -> str:
+    def run(self, argv: list, gate: str, cwd: str, env: dict | None = None, timeout: float = GIT_TIMEOUT_S,
+            quiet: bool = False) -> str:  # fmt: skip
         """Run one command, record it as a step (argv, exit status, bounded output); fail `gate` on non-zero.
+        A `quiet` step (a read-only listing the installer parses itself) records its output only when it fails:
+        a verified checkout's file list is not host output worth a report's or a log's bytes.
 
         Bounded by `timeout` and by what is left of the action's budget: on expiry the command and every
         process it started are killed and the command's own gate fails (not the workstation's connection).
@@ -173,7 +223,8 @@ class Installer:
             text += f"\n[... {len(out) - OUTPUT_LIMIT} bytes truncated]\n"
         if timed_out:
             text += f"\n[did not finish within {limit:.0f} s; stopped it]\n"
-        self.steps.append({"argv": argv, "rc": rc, "output": text, "seconds": round(time.monotonic() - began, 3)})
+        shown = "" if quiet and rc == 0 and not timed_out else text
+        self.steps.append({"argv": argv, "rc": rc, "output": shown, "seconds": round(time.monotonic() - began, 3)})
         if timed_out:
             raise GateFailure(gate, f"{_show(argv)} did not finish within {limit:.0f} s (stopped it)")
         if rc != 0:
@@ -181,7 +232,9 @@ class Installer:
         return out[:GIT_OUTPUT_LIMIT].decode("utf-8", "surrogateescape")
 
     def git(self, *args: str, gate: str = "checkout") -> str:
-        return self.run(["git", "-C", self.path(CHECKOUT), *GIT_OPTIONS, *args], gate, self.base, _git_env())
+        """A read-only git command on the checkout (its output parsed here, logged only when it fails)."""
+        return self.run(["git", "-C", self.path(CHECKOUT), *GIT_OPTIONS, *args], gate, self.base, _git_env(),
+                        quiet=True)  # fmt: skip
 
     # ----------------------------------------------------------------- files
 
@@ -392,11 +445,29 @@ class Installer:
         os.rename(temp, self.path(name))
         self.temps.remove(temp)
 
+    def check_current(self) -> None:
+        """`current` is absent or a symlink to a deployment directory here; anything else (a file, a directory,
+        a dangling link, a link out of the deployment root) would stop activation, so staging stops on it."""
+        where = os.path.join(self.top, CURRENT)
+        try:
+            info = os.lstat(where)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISLNK(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a symlink"
+            raise GateFailure("current", f"{CURRENT} is {kind}, not a link to a deployment (left as it is)")
+        target = os.readlink(where)
+        if not _deployment_id(target):
+            raise GateFailure("current", f"{CURRENT} points at {_printable_path(target)}, not at a deployment "
+                              "directory here (left as it is)")  # fmt: skip
+        if not _is_real_dir(os.path.join(self.top, target)):
+            raise GateFailure("current", f"{CURRENT} points at {target}, which is not a deployment directory here "
+                              "(a dangling link; left as it is)")  # fmt: skip
+
     def move_current(self) -> None:
         """Point `current` at this deployment: a new symlink renamed over the old one (atomic)."""
         where = os.path.join(self.top, CURRENT)
-        if os.path.lexists(where) and not os.path.islink(where):
-            raise GateFailure("current", f"{CURRENT} is not a symlink (left as it is)")
+        self.check_current()
         temp = os.path.join(self.top, f"{CURRENT}.part-{os.getpid()}")
         self.temps.append(temp)
         os.symlink(os.path.basename(self.base), temp)
@@ -550,6 +621,9 @@ class Installer:
 
     def inspect(self) -> str:
         _real_dirs(self.home, self.base, "directory")
+        if self.lease_mode == "acquire":
+            self.take_lease()
+        self.check_current()
         if not os.path.lexists(self.base):
             self.states = {e["name"]: "missing" for e in self.files}
             return "absent"
@@ -570,6 +644,8 @@ class Installer:
 
     def install(self) -> str:
         _real_dirs(self.home, self.base, "directory")
+        self.take_lease()
+        self.check_current()
         _make_dirs(self.base, self.home, "directory")
         self.lock()
         self.receive()
@@ -580,17 +656,20 @@ class Installer:
         self.venv_and_commands()
         self.verify_all()  # the commands changed no tracked or placed file
         self.require_venv()
-        self.write_marker()
+        with self.fenced():
+            self.write_marker()
         return "staged"  # complete and verified; `activate` moves `current`
 
     def activate(self) -> str:
         _real_dirs(self.home, self.base, "directory")
         _real_dir(self.base, os.path.relpath(self.base, self.home), "directory")
+        self.take_lease()
         self.lock()
         self.require_marker(self.marker())
         self.verify_all()
         self.require_venv()
-        self.move_current()
+        with self.fenced():
+            self.move_current()
         return "activated"
 
     def status(self) -> str:
@@ -605,7 +684,7 @@ class Installer:
                 if count >= ENTRY_LIMIT:
                     self.detail["truncated"] = True
                     break
-                if entry.name != CURRENT and not entry.name.startswith(FLEET_LOCK):
+                if entry.name != CURRENT and not entry.name.startswith("."):  # the lease, leftovers
                     self.detail["deployments"].append(self.describe(entry.name, known.get(entry.name)))
         self.detail["deployments"].sort(key=lambda d: d["name"])
         return "listed"
@@ -646,6 +725,7 @@ class Installer:
     def prune(self) -> str:
         """Remove each named deployment, re-checked here: never `current`'s target, never a locked one."""
         _real_dirs(self.home, self.top, "directory")
+        self.take_lease()
         self.detail = {"removed": [], "kept": {}, "leftovers_removed": self.remove_leftovers()}
         for name in self.params.get("remove", [])[:ENTRY_LIMIT]:
             reason = self.remove(name)
@@ -682,10 +762,11 @@ class Installer:
         finally:
             self.notes += [f"{name}: {note}" for note in one.notes]
         try:
-            if _current_target(self.top) == name:
-                return "current points at it"
             gone = os.path.join(self.top, f".removing-{name}-{os.getpid()}")
-            os.rename(where, gone)
+            with self.fenced():
+                if _current_target(self.top) == name:
+                    return "current points at it"
+                os.rename(where, gone)
             one.lock_owner = None  # the lock went with the directory
         finally:
             one.unlock()
@@ -1085,6 +1166,18 @@ def _describe_owner(owner: dict | None) -> str:
     return f"{by} (pid {owner.get('pid', '?')}) since {owner.get('since', '?')}"
 
 
+@contextlib.contextmanager
+def _lease_gate():  # type: ignore[no-untyped-def]
+    """A refused lease is this host's `lease` gate."""
+    try:
+        yield
+    except LeaseRefused as refused:
+        holder = refused.holder or {}
+        who = f" ({holder.get('user', '?')}@{holder.get('workstation', '?')}, {holder.get('command', '?')})" \
+            if refused.holder and "taken over" not in refused.message else ""
+        raise GateFailure("lease", f"lease: {refused.message}{who}") from None
+
+
 def _drain_stdin() -> None:
     try:
         while sys.stdin.buffer.read(CHUNK):
@@ -1113,6 +1206,7 @@ def main(params_json: str) -> None:
             report["current"] = _current_target(installer.top)
     try:
         report["outcome"] = getattr(installer, params["action"])()
+        installer.end_lease(report["outcome"], report.get("current"))
     except GateFailure as failure:
         report.update(outcome="failed", gate=failure.gate, message=failure.message)
     except _Stop:
@@ -1123,7 +1217,11 @@ def main(params_json: str) -> None:
     finally:
         installer.cleanup()
         installer.unlock()
+        if report.get("outcome") == "failed":
+            installer.end_lease("failed", None)
         _drain_stdin()
+    if installer.lease is not None:
+        report["lease"] = installer.lease.detail
     if installer.notes:
         report["notes"] = [note[:500] for note in installer.notes[:ENTRY_LIMIT]]
     report.update(

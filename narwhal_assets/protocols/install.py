@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from enum import StrEnum
+from functools import cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -18,6 +19,7 @@ from narwhal_assets.core.deployment.manifest import DEPLOYMENT_ID_RE
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.host import program_source
+from narwhal_assets.protocols.lease import LeaseState, lease_source
 
 # Reads the length-prefixed installer from stdin and runs it; what follows on stdin is the installer's.
 # Isolated (-I): the command starts in the account's home, whose `json.py` or `random.py` would otherwise
@@ -41,6 +43,7 @@ class Gate(StrEnum):
     CONNECTION = "connection"  # unreachable, authentication, changed host key, command timeout
     DIRECTORY = "directory"  # `Narwhal-deploy` or the deployment directory is a symlink or not a directory
     LOCK = "lock"
+    LEASE = "lease"  # the operation's lease on this host is missing, held by another, or was taken over
     TRANSFER = "transfer"
     VERIFY_FILE = "verify file"
     MARKER = "marker"
@@ -121,6 +124,7 @@ class InstallReport(BaseModel):
                                                                             max_length=ENTRY_LIMIT)  # fmt: skip
     # What the installer did besides its action (a stale lock taken over, killed installers' leftovers removed)
     notes: list[Annotated[str, Field(max_length=600)]] = Field(default_factory=list, max_length=ENTRY_LIMIT)
+    lease: LeaseState | None = None  # the operation's lease on this host after the action, when one was given
 
     @field_validator("current", "message")
     @classmethod
@@ -154,9 +158,12 @@ def terminal_safe(text: str) -> str:
     return printable(text, MESSAGE_LIMIT)
 
 
+@cache
 def installer_source() -> str:
-    """The installer's source text, exactly as shipped in the package."""
-    return program_source("installer.py")
+    """The installer's program: its source, then the lease's, each exactly as shipped (the installer uses the
+    lease's classes once it runs, and a host has no package to import them from; the installer's
+    `from __future__` import must stay first)."""
+    return f"{program_source('installer.py').rstrip()}\n\n\n{lease_source()}"
 
 
 def installer_script(params: dict[str, Any]) -> str:

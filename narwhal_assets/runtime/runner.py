@@ -15,7 +15,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +29,8 @@ from narwhal_assets.local.privatefiles import ensure_private_dir, exclusive_lock
 
 if TYPE_CHECKING:  # Dagster loads when a job runs or the instance opens, not for `instance_home` (`deploy-hosts ui`)
     import dagster as dg
+
+    from narwhal_assets.workflows.rollout import Progress
 
 DAGSTER_HOME_DEFAULT = "runs/dagster"
 # Dagster's `storage: custom:` takes its directory from its config alone, so the instance's own directory is
@@ -57,7 +59,15 @@ _TELEMETRY = """\
 telemetry:
   enabled: false
 """
-INSTANCE_YAML = _STORAGE + _COMPUTE_LOGS + _TELEMETRY
+# The daemon (`deploy-hosts ui`) ends a run whose worker process died (killed, out of memory) as failed, and
+# any run past a day; `deploy-hosts` ends its own killed runs itself (`end_dead_runs`).
+_RUN_MONITORING = """\
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  max_runtime_seconds: 86400
+"""
+INSTANCE_YAML = _STORAGE + _COMPUTE_LOGS + _RUN_MONITORING + _TELEMETRY
 # What earlier versions wrote; an instance still holding it exactly is switched to INSTANCE_YAML.
 PREVIOUS_INSTANCE_YAML = """\
 # Embedded SQLite storage in this directory; README.md shows the PostgreSQL settings for teams.
@@ -66,7 +76,8 @@ telemetry:
 """
 # Earlier versions wrote these too (the storage module by its old path, no compute_logs): ours, rewritten.
 _STORAGE_MODULES = ("narwhal_assets.runtime.instance_storage", "narwhal_assets.instance_storage")
-_TEMPLATES = [INSTANCE_YAML, *((_STORAGE + _TELEMETRY).replace(_STORAGE_MODULES[0], name) for name in _STORAGE_MODULES)]
+_TEMPLATES = [INSTANCE_YAML, _STORAGE + _COMPUTE_LOGS + _TELEMETRY,
+              *((_STORAGE + _TELEMETRY).replace(_STORAGE_MODULES[0], name) for name in _STORAGE_MODULES)]
 _GENERATED = [re.compile(re.escape(text).replace(re.escape("{base_dir}"), '"[^\n]*"')) for text in _TEMPLATES]
 
 
@@ -134,26 +145,30 @@ def run_job(
     partition_key: str | None = None,
     tags: Mapping[str, str] | None = None,
     assets: Sequence[str] | None = None,
-    interrupted: Callable[[], Sequence[str]] = lambda: (),
+    progress: Progress | None = None,
 ) -> dg.ExecuteInProcessResult:
     """Execute `job_name` (or only its `assets`) of the definitions bound to `root`; a domain failure
-    re-raises as its NarwhalError."""
+    re-raises as its NarwhalError. `progress`: the fleet operation's, shared with the run (an interrupt
+    cancels its host work, waits for what is under way to be recorded, and says where each host stopped)."""
     import dagster as dg
 
     from narwhal_assets.definitions import make_definitions
+    from narwhal_assets.runtime.run_liveness import end_dead_runs, process_tags
 
-    job = make_definitions(str(root)).resolve_job_def(job_name)
+    job = make_definitions(str(root), progress).resolve_job_def(job_name)
     try:
         instance = operator_instance(root)
+        end_dead_runs(instance)
     except Exception as exc:  # a full disk, a database that is down: say so in one line
         raise StorageError(
             f"the Dagster instance at {os.environ['DAGSTER_HOME']} could not be opened: {type(exc).__name__}: "
             f"{_first_line(str(exc))}; nothing was run, nothing was published"
         ) from None
     config: dict[str, Any] = {**QUIET, **(run_config or {})}
-    all_tags = {COMMAND_TAG: command, **(tags or {})}
+    all_tags = {COMMAND_TAG: command, **process_tags(), **(tags or {})}
     outcome: Future[dg.ExecuteInProcessResult] = Future()
     published_before = len(configset.PUBLISHED)
+    run_id = make_run_id()
 
     def execute() -> None:
         try:
@@ -163,6 +178,7 @@ def run_job(
                     instance=instance,
                     partition_key=partition_key,
                     tags=all_tags,
+                    run_id=run_id,
                     asset_selection=[dg.AssetKey(name) for name in assets] if assets else None,
                 )
             )
@@ -170,7 +186,8 @@ def run_job(
             outcome.set_exception(exc)
 
     worker = threading.Thread(target=execute, name=f"narwhal-{job_name}", daemon=True)
-    with _TerminateOnSignals(command, interrupted), _without_dagster_storage_lines():
+    ending = _RunEnding(instance, run_id, progress)
+    with _TerminateOnSignals(command, ending), _without_dagster_storage_lines():
         worker.start()
         while not outcome.done():
             worker.join(timeout=0.2)
@@ -189,12 +206,39 @@ def run_job(
         ) from None
 
 
-class _TerminateOnSignals:
-    """SIGINT/SIGTERM: one line, exit 130/143, sockets closed by the exit; a publish under way finishes first."""
+class _RunEnding:
+    """What an interrupt does before the process exits: cancel the fleet operation's host work and wait (at
+    most GRACE_S) until what was under way is recorded, then record the run as canceled."""
 
-    def __init__(self, command: str, interrupted: Callable[[], Sequence[str]]) -> None:
+    GRACE_S = 12.0
+
+    def __init__(self, instance: dg.DagsterInstance, run_id: str, progress: Progress | None) -> None:
+        self.instance, self.run_id, self.progress = instance, run_id, progress
+
+    def lines(self) -> list[str]:
+        """Where the fleet operation stood, one line per host."""
+        if self.progress is None:
+            return []
+        self.progress.cancel.set()
+        self.progress.recorded.wait(self.GRACE_S)
+        return self.progress.lines()
+
+    def cancel(self, signal_name: str) -> None:
+        try:
+            run = self.instance.get_run_by_id(self.run_id)
+            if run is not None and not run.is_finished:
+                self.instance.report_run_canceled(run, message=f"deploy-hosts was interrupted by {signal_name}")
+        except Exception:  # noqa: S110 (the storage failed too: the next command ends the run, end_dead_runs)
+            pass
+
+
+class _TerminateOnSignals:
+    """SIGINT/SIGTERM: one line, exit 130/143, sockets closed by the exit; a publish under way finishes first,
+    host work under way is recorded, and the run is recorded as canceled."""
+
+    def __init__(self, command: str, ending: _RunEnding) -> None:
         self.command = command
-        self.interrupted = interrupted  # where the work stood, one line per host
+        self.ending = ending
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> None:
@@ -208,11 +252,15 @@ class _TerminateOnSignals:
             signal.signal(signum, handler)
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        for number in self.previous:  # a second Ctrl-C while this waits must not start another wait
+            signal.signal(number, signal.SIG_IGN)
         with configset.PUBLISHING:  # waits only while a publish is replacing files
             published = bool(configset.PUBLISHED)
             name = signal.Signals(signum).name
             state = "a new config set had been published" if published else "nothing was published"
-            for line in self.interrupted():
+            lines = self.ending.lines()
+            self.ending.cancel(name)
+            for line in lines:
                 sys.stderr.write(f"deploy-hosts {self.command}: {line}\n")
             sys.stderr.write(f"deploy-hosts {self.command}: interrupted by {name}; {state}\n")
             sys.stderr.flush()
@@ -257,6 +305,13 @@ def _run_failure(exc: BaseException) -> NarwhalError | None:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+def make_run_id() -> str:
+    """A run id chosen before the run starts, so an interrupt can record that run's end."""
+    import uuid
+
+    return str(uuid.uuid4())
 
 
 def _first_line(text: str) -> str:

@@ -3,8 +3,8 @@
 `status` is one strict connection per host running the installer's read-only `status` action: every entry of
 `~/Narwhal-deploy/`, which one `current` names, and for each deployment this workstation prepared (its file
 list is in that run's manifest) whether the host's files still match. `prune` plans from that status (pure
-rule in `core.deployment_retention`) and lets each host re-check under its locks before removing anything.
-Rollback is `install_job` in `activate` mode (`installation.activate_host`).
+rule in `core.deployment.prune`) and lets each host re-check under its lease and locks before removing
+anything. Rollback is `install_job` in `activate` mode (`install.activate_host`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from narwhal_assets.ssh.access import host_access
 from narwhal_assets.ssh.parallel import over_hosts
 from narwhal_assets.ssh.transport import Connector
 from narwhal_assets.workflows.install import HostInstallFailure, call_installer, install_files
+from narwhal_assets.workflows.lease import OperationLease
 
 RUNS_LIMIT = 1000  # prepared runs read from the workstation's deployment directory
 PARALLEL = 8
@@ -143,8 +144,14 @@ def host_prune_plan(status: HostStatus, keep: int) -> list[str]:
     return host_directories_to_remove(directories, keep)
 
 
-def prune_host(connector: Connector, settings: Settings, entry: HostEntry, remove: list[str]) -> InstallReport:
-    return call_host(connector, settings, entry, {"action": "prune", "remove": remove})
+def prune_host(
+    connector: Connector, settings: Settings, entry: HostEntry, remove: list[str], lease: OperationLease
+) -> InstallReport:
+    """One call that takes the operation's lease on the host, removes under it, and releases it: a host whose
+    lease another operation holds is refused (gate `lease`) and keeps everything."""
+    params = {"action": "prune", "remove": remove, "lease": lease.params("acquire", "after")}
+    with connector.connect(host_access(settings, entry)) as connection:
+        return call_installer(connection, None, {"remote_base": REMOTE_BASE, **params}, [], lease)
 
 
 def workstation_prune_plan(

@@ -1,19 +1,18 @@
-"""Install a prepared run on one host over its one SSH connection (spec 13.3); the asset and CLI call this.
+"""One host's part of a fleet operation (spec 13.3): the calls `rollout` makes to it, over its connection.
 
-Per host: `inspect` (read-only; `reused` when the marker names the revision and everything verifies, so
-nothing is sent), else `install` with only the files the host lacks, which verifies what it built and writes
-the completion marker last; then, once the fleet may move, `activate` points `current` at it. Every script
-sent, its exit status and output are appended to `<run>/logs/<host-id>.log` (0600 in a 0700 directory).
+Per host: `inspect` (read-only, and it takes the operation's lease there; `reused` when the marker names the
+revision and everything verifies, so nothing is sent), else `install` with only the files the host lacks,
+which verifies what it built and writes the completion marker last; then, once the fleet may move,
+`activate` points `current` at it and releases the lease. Every call is logged in `<run>/logs/<host-id>.log`
+(`host_log`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
 import time
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,9 +31,10 @@ from narwhal_assets.core.inputs.envfile import parse_env_text
 from narwhal_assets.core.inputs.inventory import Inventory
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local.checkout import missing_run_problem
-from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir, non_private
+from narwhal_assets.local.privatefiles import non_private
 from narwhal_assets.protocols.install import (
     BOOTSTRAP,
+    Gate,
     InstallFile,
     InstallReport,
     ReportError,
@@ -45,12 +45,13 @@ from narwhal_assets.protocols.install import (
     terminal_safe,
 )
 from narwhal_assets.ssh.destination import resolve_endpoint
-from narwhal_assets.ssh.transport import Connector, HostAccess, HostConnection
+from narwhal_assets.ssh.transport import HostConnection
 from narwhal_assets.ssh.trust import KnownHostsStore
+from narwhal_assets.workflows.host_log import HostLog
+from narwhal_assets.workflows.lease import OperationLease, call_lease
 
 DEFAULT_INSTALL = "python -m pip install -e ."
 DEFAULT_CHECK = "python -m pip check"
-LOG_OUTPUT_LIMIT = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -187,23 +188,6 @@ def install_files(host: ManifestHost, bundle: PreparedFile) -> list[tuple[Instal
     return files
 
 
-def connect_and_install(
-    connector: Connector, access: HostAccess, run: PreparedRun, commands: InstallCommands, mode: Mode = "install"
-) -> HostOutcome:
-    """One host alone (a `host_installation` partition run): stage, then activate at once, over one strict
-    connection; a refused connection is a gate. `activate` (rollback) sends nothing."""
-    began = time.monotonic()
-    try:
-        with connector.connect(access) as connection:
-            outcome = stage_host(connection, run, commands, mode)
-            if outcome.staged:
-                activate_host(connection, run, outcome)
-        outcome.seconds = time.monotonic() - began  # the connection included
-        return outcome
-    except NarwhalError as exc:
-        return connection_failed(access.host_id, run, exc, began)
-
-
 def connection_failed(host_id: str, run: PreparedRun, exc: NarwhalError, began: float) -> HostOutcome:
     """The outcome of a host whose connection could not be made (logged in its host log)."""
     outcome = HostOutcome(host_id, gate="connection", message=terminal_safe(str(exc)), deployment_id=
@@ -225,53 +209,75 @@ def installer_params(run: PreparedRun, host_id: str, commands: InstallCommands |
     }
 
 
-def stage_host(connection: HostConnection, run: PreparedRun, commands: InstallCommands, mode: Mode) -> HostOutcome:
-    """Phase 1 on one host, `current` untouched: `inspect`; a deployment found complete and verified is
-    `reused` (nothing sent); otherwise (`install` mode) send what is missing and `install`, which ends with
-    the marker: `installed`. In `activate` mode (rollback) the deployment must already be complete and
-    untampered there. Stops at the first failing gate."""
-    began = time.monotonic()
-    host = run.manifest.host(connection.host_id)
-    outcome = HostOutcome(host.id, remote_dir=run.manifest.remote_dir, deployment_id=run.manifest.deployment_id,
-                          mode=mode)  # fmt: skip
-    params = installer_params(run, host.id, commands if mode == "install" else None)
-    log = HostLog.open(run.log_path(host.id))
+def inspect_host(
+    connection: HostConnection, run: PreparedRun, mode: Mode, lease: OperationLease, release_when_current: bool,
+    holder_gone: dict[str, Any] | None = None,
+) -> tuple[HostOutcome, InstallReport | None]:  # fmt: skip
+    """The host's first call: take the operation's lease there and look (read-only): which files it has, and
+    whether the deployment is complete and verified (`reused`). With `release_when_current`, a host where it
+    is complete and already current is released at once: the operation has nothing to do there. In
+    `activate` mode (rollback) the deployment must already be complete and untampered there."""
+    outcome = HostOutcome(connection.host_id, remote_dir=run.manifest.remote_dir, mode=mode,
+                          deployment_id=run.manifest.deployment_id)  # fmt: skip
+    log = HostLog.open(run.log_path(connection.host_id))
+    release = "when_current" if release_when_current else "never"
+    params = {**installer_params(run, connection.host_id), "action": "inspect",
+              "lease": lease.params("acquire", release, holder_gone)}  # fmt: skip
     try:
-        report = call_installer(connection, log, {**params, "action": "inspect"}, [])
-        outcome.files_verified, outcome.current_before = report.files_verified, report.current
-        if report.outcome != "reused" and mode == "activate":
-            state = "is not on this host" if report.outcome == "absent" else "is incomplete there"
-            raise HostInstallFailure(host.id, "absent" if report.outcome == "absent" else "marker",
-                                     f"~/{run.manifest.remote_dir} {state}: run deploy-hosts install --run "
-                                     f"{run.run_dir}")  # fmt: skip
-        if report.outcome != "reused":
-            files = install_files(host, run.manifest.bundle)
-            send = [(f, p) for f, p in files if report.files.get(f.name) != "present"]
-            payloads = [_read_pinned(host.id, run.run_dir, p) for _, p in send]
-            outcome.bytes_sent = sum(len(p) for p in payloads)
-            report = call_installer(connection, log, {**params, "action": "install",
-                                                      "send": [f.name for f, _ in send]}, payloads)  # fmt: skip
-            outcome.files_sent, outcome.files_verified = report.files_received, report.files_verified
-            outcome.notes += report.notes
-        outcome.outcome = "reused" if report.outcome == "reused" else "installed"
+        report = call_installer(connection, log, params, [], lease)
     except NarwhalError as exc:
         _failed(outcome, exc, log)
-    outcome.seconds = time.monotonic() - began
+        return outcome, None
+    outcome.files_verified, outcome.current_before = report.files_verified, report.current
+    if report.outcome == "reused":
+        outcome.outcome = "reused"
+    elif mode == "activate":
+        state = "is not on this host" if report.outcome == "absent" else "is incomplete there"
+        outcome.gate = (Gate.ABSENT if report.outcome == "absent" else Gate.MARKER).value
+        outcome.message = f"~/{run.manifest.remote_dir} {state}: run deploy-hosts install --run {run.run_dir}"
+    return outcome, report
+
+
+def stage_host(
+    connection: HostConnection, run: PreparedRun, commands: InstallCommands, outcome: HostOutcome,
+    inspected: InstallReport, lease: OperationLease,
+) -> None:  # fmt: skip
+    """Phase 1 on one host that is not complete yet, `current` untouched: send what it lacks and `install`,
+    which verifies what it built and ends with the marker (under the lease). Stops at the first failing gate."""
+    began = time.monotonic()
+    host = run.manifest.host(outcome.host_id)
+    log = HostLog.open(run.log_path(host.id))
+    try:
+        files = install_files(host, run.manifest.bundle)
+        send = [(f, p) for f, p in files if inspected.files.get(f.name) != "present"]
+        payloads = [_read_pinned(host.id, run.run_dir, p) for _, p in send]
+        outcome.bytes_sent = sum(len(p) for p in payloads)
+        params = {**installer_params(run, host.id, commands), "action": "install", "send": [f.name for f, _ in send],
+                  "lease": lease.params("hold")}  # fmt: skip
+        report = call_installer(connection, log, params, payloads, lease)
+        outcome.files_sent, outcome.files_verified = report.files_received, report.files_verified
+        outcome.notes += report.notes
+        outcome.outcome = "installed"
+    except NarwhalError as exc:
+        _failed(outcome, exc, log)
+    outcome.seconds += time.monotonic() - began
     log.note(f"staged: {outcome.describe()}")
-    return outcome
 
 
-def activate_host(connection: HostConnection, run: PreparedRun, outcome: HostOutcome) -> None:
+def activate_host(connection: HostConnection, run: PreparedRun, outcome: HostOutcome, lease: OperationLease) -> None:
     """Phase 2 on one staged host: point `current` at the deployment (the installer verifies everything
-    again under the deployment's lock first), unless it already points there."""
+    again under the deployment's lock, then switches under the lease), unless it already points there; the
+    lease is released either way."""
     began = time.monotonic()
     log = HostLog.open(run.log_path(outcome.host_id))
     if outcome.current_before == run.manifest.deployment_id:
         outcome.activation, outcome.current_after = "already current", outcome.current_before
+        release_lease(connection, outcome, lease, log)
     else:
+        params = {**installer_params(run, outcome.host_id), "action": "activate",
+                  "lease": lease.params("hold", "after")}  # fmt: skip
         try:
-            report = call_installer(connection, log, {**installer_params(run, outcome.host_id), "action": "activate"},
-                                    [])  # fmt: skip
+            report = call_installer(connection, log, params, [], lease)
             outcome.notes += report.notes
             outcome.activation, outcome.current_after = "activated", run.manifest.deployment_id
         except NarwhalError as exc:
@@ -279,6 +285,17 @@ def activate_host(connection: HostConnection, run: PreparedRun, outcome: HostOut
             _failed(outcome, exc, log)
     outcome.seconds += time.monotonic() - began
     log.note(f"outcome: {outcome.describe()}")
+
+
+def release_lease(connection: HostConnection, outcome: HostOutcome, lease: OperationLease, log: HostLog) -> None:
+    """The host needs nothing more: give its lease back (a failure only notes it: the lease runs out)."""
+    asked = time.monotonic()
+    try:
+        report = call_lease(connection, "release", lease.params("hold"))
+    except NarwhalError as exc:
+        log.note(f"lease not released ({terminal_safe(str(exc))}); it runs out on its own")
+        return
+    lease.record(outcome.host_id, report, asked)
 
 
 def hold_back(outcomes: list[HostOutcome], why: str) -> None:
@@ -295,19 +312,22 @@ def _failed(outcome: HostOutcome, exc: NarwhalError, log: HostLog | None) -> Non
     if isinstance(exc, HostInstallFailure):
         outcome.gate, outcome.message = exc.gate, exc.message
         return
-    outcome.gate, outcome.message = "connection", terminal_safe(str(exc))
+    outcome.gate, outcome.message = Gate.CONNECTION.value, terminal_safe(str(exc))
     if log is not None:
         log.note(f"connection failure: {outcome.message}")
 
 
 def call_installer(
-    connection: HostConnection, log: HostLog | None, params: dict[str, Any], payloads: list[bytes]
-) -> InstallReport:
+    connection: HostConnection, log: HostLog | None, params: dict[str, Any], payloads: list[bytes],
+    lease: OperationLease | None = None,
+) -> InstallReport:  # fmt: skip
     """One installer run; bounded by the connector's command timeout (`SshSettings.command_timeout_s`).
-    Without a log (read-only `status`, `prune`), nothing is written on the workstation."""
+    Without a log (read-only `status`), nothing is written on the workstation. What the host said of the
+    operation's lease is recorded in `lease`."""
     script = installer_script(params)
     if log is not None:
-        log.script(params["action"], script)
+        log.call(params["action"], installer_source(), params)
+    asked = time.monotonic()
     result = connection.run(BOOTSTRAP, stdin=install_stream(script, payloads))
     try:
         report = parse_install_report(result.stdout)
@@ -315,11 +335,13 @@ def call_installer(
         if log is not None:
             log.result(result.rc, result.stdout, result.stderr, None)
         detail = f"{exc} (exit status {result.rc}" + (f"; see {log.path})" if log else ")")
-        raise HostInstallFailure(connection.host_id, "report", detail) from None
+        raise HostInstallFailure(connection.host_id, Gate.REPORT.value, detail) from None
     if log is not None:
         log.result(result.rc, result.stdout, result.stderr, report)
+    if lease is not None:
+        lease.record(connection.host_id, report.lease, asked)
     if report.outcome == "failed":
-        raise HostInstallFailure(connection.host_id, report.gate or "report", report.message or "(no message)")
+        raise HostInstallFailure(connection.host_id, report.gate or Gate.REPORT.value, report.message or "(no message)")
     return report
 
 
@@ -330,81 +352,3 @@ def _read_pinned(host_id: str, run_dir: Path, prepared: PreparedFile) -> bytes:
         raise HostInstallFailure(host_id, "prepared file", f"{run_dir / prepared.path}: changed after the manifest "
                                  "check; prepare a new run")  # fmt: skip
     return data
-
-
-@dataclass(frozen=True)
-class HostLog:
-    """`<run>/logs/<host-id>.log`: appended, 0600, never holding a password or destination."""
-
-    path: Path
-
-    @classmethod
-    def open(cls, path: Path) -> HostLog:
-        """The log at `path`, its directory made (or tightened to) 0700 once here, not on every write."""
-        ensure_private_dir(path.parent)
-        return cls(path)
-
-    def script(self, action: str, script: str) -> None:
-        """The command line and the script it ran; the unchanged installer source is written once per log."""
-        source = installer_source()
-        digest = _source_digest()
-        head = f"# installer source sha256 {digest}\n"
-        if self._holds(head):
-            script = script.replace(source.rstrip(), f"# (installer source sha256 {digest}, logged above)")
-        self._append(f"\n=== {_now()} {action}\n$ {BOOTSTRAP}\n{head}--- script on stdin ---\n{script}")
-        _SOURCE_LOGGED.add(self.path)
-
-    def result(self, rc: int, stdout: bytes, stderr: bytes, report: InstallReport | None) -> None:
-        """The exit status and output, then what the report (if one was read) says the host ran: one write."""
-        parts = [f"--- exit status {rc} ---\n--- stdout ---\n{_clip(stdout)}--- stderr ---\n{_clip(stderr)}"]
-        if report is not None:
-            parts += [_ended(f"--- host ran: {' '.join(step.argv)}\n--- exit status {step.rc} ({step.seconds:.2f} s) "
-                             f"---\n{step.output}") for step in report.steps]  # fmt: skip
-            parts += [f"--- note: {note}\n" for note in report.notes]
-            if report.outcome == "failed":
-                parts.append(f"--- gate {report.gate}: {report.message}\n")
-        self._append("".join(parts))
-
-    def note(self, text: str) -> None:
-        self._append(f"# {_now()} {text}\n")
-
-    def _holds(self, head: str) -> bool:
-        """Whether the log already holds the installer source: read once per process, not once per call."""
-        if self.path in _SOURCE_LOGGED:
-            return True
-        try:
-            return head in self.path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return False
-
-    def _append(self, text: str) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
-        try:
-            os.write(fd, _ended(text).encode("utf-8", "replace"))
-        finally:
-            os.close(fd)
-
-
-def _ended(text: str) -> str:
-    """`text` ending in a newline."""
-    return text if text.endswith("\n") else text + "\n"
-
-
-# Host logs this process has written the installer source into (or found it in).
-_SOURCE_LOGGED: set[Path] = set()
-
-
-@cache
-def _source_digest() -> str:
-    return hashlib.sha256(installer_source().encode()).hexdigest()
-
-
-def _clip(data: bytes) -> str:
-    text = data[:LOG_OUTPUT_LIMIT].decode("utf-8", "replace")
-    if len(data) > LOG_OUTPUT_LIMIT:
-        text += f"\n[... {len(data) - LOG_OUTPUT_LIMIT} bytes not logged]\n"
-    return _ended(text) if text else text
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -24,6 +24,8 @@ from helpers.files import assert_nowhere
 from helpers.fleet_checkout import DESTINATIONS, PASSWORD, set_env
 from helpers.git_repo import git_checkout
 from helpers.install import OFFLINE_CHECK, OFFLINE_INSTALL, manifest_of, partition_metadata, remote_dir
+from narwhal_assets.defs.installation.fleet import FLEET_COLUMNS
+from narwhal_assets.defs.installation.fleet import OP as FLEET_OP
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
 from narwhal_assets.cli.main import main
@@ -31,8 +33,6 @@ from narwhal_assets.core.deployment.manifest import DeploymentManifest
 from narwhal_assets.core.inputs.envfile import shell_quote
 from narwhal_assets.definitions import defs
 from narwhal_assets.defs.deployment.assets import latest_out
-from narwhal_assets.defs.installation.fleet import FLEET_COLUMNS
-from narwhal_assets.defs.installation.fleet import OP as FLEET_OP
 from narwhal_assets.defs.installation.status import CHECK_NAME as LIVE_CHECK
 from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, INSTALLATION
 from narwhal_assets.defs.names import FLEET_INSTALL_JOB

@@ -97,7 +97,13 @@ def test_full_install_then_reuse_sends_nothing(
     log = prepared / "logs" / "node-2.log"
     assert stat.S_IMODE(log.stat().st_mode) == 0o600 and stat.S_IMODE(log.parent.stat().st_mode) == 0o700
     text = log.read_text(encoding="utf-8")
-    assert "def main(params_json" in text and "--- exit status 0 ---" in text and "host ran: git clone" in text
+    assert "--- exit status 0 ---" in text and "host ran: git clone" in text
+    stored = re.findall(r"^--- program (programs/[0-9a-f]{64}\.py) with ", text, re.M)
+    assert stored and len(set(stored)) == 1, "each call names the program it ran, stored once per prepared run"
+    program = prepared / "logs" / stored[0]
+    assert "def main(params_json" in program.read_text() and stat.S_IMODE(program.stat().st_mode) == 0o600
+    assert manifest.revision in text and '"token"' not in text, "the parameters are logged, the lease token never"
+    first_size = log.stat().st_size
 
     rc, out, err = install(discovered, prepared, capsys)
     assert rc == 0, out + err
@@ -106,11 +112,12 @@ def test_full_install_then_reuse_sends_nothing(
         meta = partition_metadata(host.id)
         assert (meta["outcome"], meta["bytes_sent"], meta["files_sent"]) == ("reused", 0, 0)
     assert log.read_text(encoding="utf-8").startswith(text), "the log is appended to"
+    assert log.stat().st_size - first_size <= 4096, "a reuse adds one short entry per host"
     # Worker processes ran the partitions' runs; each closed its databases (checkpointed) before leaving.
     with dg.DagsterInstance.get() as instance:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={"narwhal/command": "install"}))
     events = Path(os.environ["DAGSTER_HOME"]) / "history" / "runs"
-    # one fleet_install_job run per command (it was one run per host), each with its own event log
+    # one install_job run per command (a run per host before), each with its own event log
     assert len(runs) == 2 and all((events / f"{run.run_id}.db").is_file() for run in runs)
     assert not [run.run_id for run in runs if (events / f"{run.run_id}.db-wal").exists()], sorted(events.iterdir())
     assert_nowhere([PASSWORD, *DESTINATIONS.values()], [prepared, discovered / "runs", discovered / "config",

@@ -4,7 +4,7 @@ itself is SIGKILLed. Afterwards every host is complete and verified or has no ma
 runs on the workstation or on a host, and the rerun, once the faults are undone, completes and activates all.
 
 Each fault is placed where it bites, at the moment the run reaches it (polled, never slept for):
-- h1 (router; it holds the fleet lock) stages completely: marker written, `current` not moved, since the
+- h1 (router) stages completely: marker written, `current` not moved, since the
   default `--activate all` waits for every host;
 - h2 is killed (its sshd, sessions and every process of its user) while `python -m venv` runs ensurepip: a
   half-made `.venv` (bin/python, no pip, no bin/activate) that the rerun must rebuild;
@@ -199,7 +199,7 @@ def test_an_install_through_a_killed_host_a_full_disk_a_cut_link_and_a_sigkill_e
 
     rc, out, err = cli(root, "install", "--run", str(run), capsys=capsys)
     assert rc == 0, out + err
-    assert "took over the stale fleet lock of" in out, out
+    assert "took over the stale lease of" in out, out
     assert line(out, STAGED).startswith("reused, activated (was none) (0 files, 0 bytes sent"), out
     for name in (KILLED, FULL, CUT, IN_FLIGHT):
         assert line(out, name).startswith("installed, activated (was none) (0 files, 0 bytes sent"), out

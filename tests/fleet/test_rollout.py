@@ -1,5 +1,5 @@
 """Install as one fleet operation on real sshd hosts: stage everywhere then activate together, a canary that
-stops the rest, the fleet lock (refusal naming the holder, a stale lease taken over), and lines that say
+stops the rest, the lease on every host (refusal naming the holder, a stale lease taken over), and lines that say
 what happened to `current`."""
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_one_failing_host_activates_none_and_the_rerun_sends_nothing_to_the_stag
     with failing_check(fleet, "h2"):
         rc, out, err = install(root, prepared, capsys)
     assert rc == 1, out + err
-    assert "none was activated: node-2 failed" in out
+    assert "none was activated: node-2 failed" in out, err
     assert line(out, "node-2").startswith("failed at gate 'check'")
     for host_id in ("node-1", "node-3"):
         assert line(out, host_id).startswith("staged, not activated (node-2 failed: no host was activated")
@@ -96,7 +96,7 @@ def test_one_failing_host_activates_none_and_the_rerun_sends_nothing_to_the_stag
     assert {h: current(fleet, h) for h in NAMES} == dict.fromkeys(NAMES, deployment)
 
 
-def test_activate_each_moves_the_hosts_that_staged_and_a_failing_canary_contacts_no_other_host(
+def test_activate_each_moves_the_hosts_that_staged_and_a_failing_canary_stages_no_other_host(
     root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     deployment = manifest_of(prepared).deployment_id
@@ -111,9 +111,8 @@ def test_activate_each_moves_the_hosts_that_staged_and_a_failing_canary_contacts
         rc, out, _ = install(root, canary_run, capsys, "--canary", "1")
     assert rc == 1
     for host_id in ("node-2", "node-3"):
-        assert line(out, host_id).startswith("not contacted")
-        assert not remote_dir(fleet, host_id, canary_run).exists(), "a host after the failed canary was touched"
-        assert not (canary_run / "logs" / f"{host_id}.log").exists()
+        assert line(out, host_id).startswith("not staged")
+        assert not remote_dir(fleet, host_id, canary_run).exists(), "a host after the failed canary was staged"
 
 
 def test_rollback_then_install_says_current_moves_back(
@@ -140,40 +139,86 @@ def test_rollback_then_install_says_current_moves_back(
                                            for r in rows.values()), rows  # fmt: skip
 
 
-def test_a_held_fleet_lock_refuses_naming_its_holder_and_a_stale_one_is_taken_over(
+def plant_lease(fleet: SimFleet, name: str, expires: float, **holder: object) -> Path:
+    """Another operation's lease record on host `name` (as `host/lease.py` writes it), owned by the host user."""
+    record = fleet.host(name).home / "Narwhal-deploy" / ".lease"
+    record.parent.mkdir(mode=0o700, exist_ok=True)
+    fields = {"user": "bob", "workstation": "bobs-laptop", "command": "install", "revision": "b" * 40,
+              "deployment_id": "f" * 32, "message": "hotfix", "since": "2026-12-02T00:00:00Z", "boot": "",
+              "pid": 1, "pid_start": "", **holder}  # fmt: skip
+    record.write_text(json.dumps({"schema": "narwhal.host-lease", "schema_version": 1, "token_sha256": "0" * 64,
+                                  "holder": fields, "renewed": time.time(), "expires": expires}))  # fmt: skip
+    for path in (record.parent, record):
+        as_host_user(fleet, name, path)
+    return record
+
+
+def test_a_held_lease_on_any_host_refuses_naming_its_holder_and_an_expired_one_is_taken_over(
     root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lock = fleet.host("h1").home / "Narwhal-deploy" / ".fleet-lock"
-    lock.parent.mkdir(mode=0o700, exist_ok=True)
-    lock.mkdir(mode=0o700)
-    owner = {"user": "bob", "workstation": "bobs-laptop", "command": "install", "revision": "b" * 40,
-             "deployment_id": "f" * 32, "message": "hotfix", "since": "2026-12-02T00:00:00Z", "token": "x",
-             "refreshed": time.time()}  # fmt: skip
-    (lock / "owner.json").write_text(json.dumps(owner))
-    for path in (lock.parent, lock, lock / "owner.json"):
-        as_host_user(fleet, "h1", path)
+    """The lease is on every host (here the second), not on the inventory's first: a held one anywhere refuses
+    the whole operation before anything changed, and every lease it took is released."""
+    record = plant_lease(fleet, "h2", time.time() + 3600)
     before = {h: current(fleet, h) for h in NAMES}
     rc, out, err = install(root, prepared, capsys)
-    assert rc == 1
-    assert "another deploy holds the fleet lock (on host node-1): bob@bobs-laptop (install of bbbbbbbbbbbb" in err
-    assert '"hotfix"' in err and {h: current(fleet, h) for h in NAMES} == before
+    assert rc == 1, out + err
+    assert "another operation holds the lease on node-2" in err and "nothing was changed" in err, err
+    assert "host node-2: held: bob@bobs-laptop (install of bbbbbbbbbbbb as ffffffff" in err and '"hotfix"' in err
+    assert {h: current(fleet, h) for h in NAMES} == before
+    assert not any((fleet.host(NAMES[h]).home / "Narwhal-deploy" / ".lease").exists() for h in ("node-1", "node-3")), \
+        "the leases taken on the other hosts were released"  # fmt: skip
     rc, out, _ = cli(root, "lock", capsys=capsys)
-    assert rc == 0 and "held: bob@bobs-laptop" in out
+    assert rc == 0 and re.search(r"node-2 +held: bob@bobs-laptop", out) and re.search(r"node-1 +free", out), out
+    rc, out, _ = cli(root, "lock", "--release", capsys=capsys)
+    assert rc == 1 and re.search(r"node-2 +kept: held: bob@bobs-laptop", out), "a live lease is not released"
 
-    owner["refreshed"] = time.time() - 3600
-    (lock / "owner.json").write_text(json.dumps(owner))
+    plant_lease(fleet, "h2", time.time() - 60)  # bob's lease ran out
     rc, out, err = install(root, prepared, capsys)
     assert rc == 0, out + err
-    assert "took over the stale fleet lock of bob@bobs-laptop" in out
+    assert "host node-2: took over the stale lease of bob@bobs-laptop" in out
     rc, out, _ = cli(root, "lock", capsys=capsys)
-    assert "is free" in out, "the deploy released the lock it took over"
+    assert all(re.search(rf"{h} +free", out) for h in NAMES), "the operation released every lease it held"
+
+    os.mkfifo(record)  # a stuck record: deploys refuse it, `lock` says what it is, --force clears it
+    as_host_user(fleet, "h2", record)
+    rc, out, err = install(root, prepared, capsys)
+    assert rc == 1 and "host node-2: stuck: is not a regular file (a FIFO" in err, err
+    rc, out, _ = cli(root, "lock", capsys=capsys)
+    assert rc == 1 and re.search(r"node-2 +stuck: is not a regular file", out), out
+    rc, out, _ = cli(root, "lock", "--release", "--force", "--host", "node-2", capsys=capsys)
+    assert rc == 0 and re.search(r"node-2 +cleared \.lease", out) and not os.path.lexists(record), out
 
 
-def test_a_second_install_from_another_checkout_is_refused_and_a_killed_one_stays_killed_until_rerun(
+def test_a_current_that_is_not_a_deployment_link_fails_staging_and_no_host_moves(
+    root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    link = fleet.host("h2").home / "Narwhal-deploy" / "current"
+    link.parent.mkdir(mode=0o700, exist_ok=True)
+    saved = os.readlink(link) if link.is_symlink() else None
+    before = {h: current(fleet, h) for h in NAMES}
+    try:
+        link.unlink(missing_ok=True)
+        link.write_text("not a link")
+        as_host_user(fleet, "h2", link)
+        rc, out, err = install(root, prepared, capsys)
+        assert rc == 1, out + err
+        assert line(out, "node-2").startswith("failed at gate 'current': current is not a symlink, not a link to a "
+                                              "deployment (left as it is)")  # fmt: skip
+        assert all(line(out, h).startswith("staged, not activated") for h in ("node-1", "node-3")), out
+        assert {h: current(fleet, h) for h in ("node-1", "node-3")} == {h: before[h] for h in ("node-1", "node-3")}
+        assert link.read_text() == "not a link", "left as it is"
+    finally:
+        link.unlink(missing_ok=True)
+        if saved:
+            link.symlink_to(saved)
+
+
+def test_a_second_checkout_is_refused_on_any_shared_host_and_a_killed_one_stays_killed_until_rerun(
     root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """The fleet lock holds across checkouts; SIGKILL of the holder stops everything it started (no worker
-    lives on to activate), and its rerun on the same workstation takes the dead holder's lock over at once."""
+    """Leases hold across checkouts, whichever hosts they select; `lock --release` keeps a live operation's
+    lease; SIGKILL of the holder stops everything it started (no worker lives on to activate), and its rerun on
+    the same workstation takes the dead holder's leases over at once."""
     deployment = manifest_of(prepared).deployment_id
     other = tmp_path / "other-checkout"
     shutil.copytree(root, other, symlinks=True)
@@ -187,7 +232,11 @@ def test_a_second_install_from_another_checkout_is_refused_and_a_killed_one_stay
         wait_for(started.exists, "the slow install to start on h2")
         rc, out, err = install(other, prepared, capsys)
         assert rc == 1, out + err
-        assert "another deploy holds the fleet lock (on host node-1)" in err and '"first deploy"' in err
+        assert "another operation holds the lease on node-1, node-2, node-3" in err and '"first deploy"' in err, err
+        rc, out, err = install(other, prepared, capsys, "--role", "engine-3")  # only the host not being staged
+        assert rc == 1 and "another operation holds the lease on node-3" in err, out + err
+        rc, out, _ = cli(other, "lock", "--release", capsys=capsys)
+        assert rc == 1 and re.search(r"node-2 +kept: held: .*\"first deploy\"", out), out
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
     finally:
@@ -202,8 +251,12 @@ def test_a_second_install_from_another_checkout_is_refused_and_a_killed_one_stay
 
     rc, out, err = install(root, prepared, capsys)
     assert rc == 0, out + err
-    assert "took over the stale fleet lock of" in out
+    assert "took over the stale lease of" in out
     assert {h: current(fleet, h) for h in NAMES} == dict.fromkeys(NAMES, deployment), "one deployment everywhere"
+    with dg.DagsterInstance.get() as instance:  # the killed command's run no longer says it runs
+        killed = [r for r in instance.get_runs(filters=dg.RunsFilter(job_name="install_job")) if r.tags.get(
+                  "narwhal/pid") == str(first.pid)]  # fmt: skip
+    assert killed and all(r.status == dg.DagsterRunStatus.FAILURE for r in killed), killed
 
 
 def test_a_run_prepared_before_a_setting_changed_warns_naming_it_and_strict_refuses(

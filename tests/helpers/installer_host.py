@@ -23,6 +23,14 @@ DEPLOYMENT = "0123456789abcdef0123456789abcdef"
 REMOTE_DIR = f"Narwhal-deploy/{DEPLOYMENT}"
 ROLE_FILE = b"export NARWHAL_ENGINE_PORT='8001'\n"
 QUICK_S = 30  # a read that blocked (a FIFO) or a command that hung would take far longer
+HOLDER = {"user": "alice", "workstation": "ws-1", "command": "install", "revision": "a" * 40,
+          "deployment_id": DEPLOYMENT, "message": "", "since": "2026-12-04T00:00:00Z", "boot": "", "pid": 1,
+          "pid_start": ""}  # fmt: skip
+
+
+def lease(token: str = "t" * 32, mode: str = "acquire", release: str = "after", **extra: object) -> dict[str, Any]:
+    """The operation's lease parameters an installer call carries."""
+    return {"token": token, "mode": mode, "release": release, "holder": HOLDER, "lease_s": 300.0, **extra}
 
 
 def make_source(tmp_path: Path) -> tuple[str, bytes]:
@@ -52,7 +60,7 @@ class Host:
         self.checkout = self.base / "checkout"
         self.payloads = {"source.bundle": bundle, ".env.engine-1": ROLE_FILE}
         self.params: dict[str, Any] = {
-            "remote_dir": remote_dir, "revision": revision, "owner": "unit test",
+            "remote_dir": remote_dir, "revision": revision, "owner": "unit test", "lease": lease(),
             "install_command": "true", "check_command": "test -n \"$VIRTUAL_ENV\"",
             "files": [{"name": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
                        "install_to": None if name == "source.bundle" else "runs/deployment/.env.engine-1",

@@ -196,7 +196,9 @@ def test_commit_and_activate_move_current_atomically_and_status_reports_every_di
     assert os.readlink(current) == host.base.name, "a failed activation never moves current"
 
 
-def test_activate_needs_the_marker_and_current_must_be_a_symlink(host: Host, source: tuple[str, bytes]) -> None:
+def test_activate_needs_the_marker_and_staging_needs_current_to_be_a_symlink(
+    host: Host, source: tuple[str, bytes]
+) -> None:
     other = Host(host.home, *source, remote_dir=OTHER_DIR)
     inspected = other.call("inspect")
     missing = [n for n in other.payloads if inspected.files.get(n) != "present"]
@@ -206,9 +208,9 @@ def test_activate_needs_the_marker_and_current_must_be_a_symlink(host: Host, sou
     assert (report.gate, report.message) == ("marker", "installed: missing (the install did not complete)")
     assert not (other.base.parent / "current").exists()
     (other.base.parent / "current").mkdir()
-    report = host.install()
+    report = host.stage()  # staging already refuses what activation would refuse: no host moves under --activate all
     assert (report.outcome, report.gate) == ("failed", "current")
-    assert report.message == "current is not a symlink (left as it is)"
+    assert report.message == "current is a directory, not a link to a deployment (left as it is)"
 
 
 def test_prune_never_removes_current_or_a_locked_deployment(host: Host, source: tuple[str, bytes]) -> None:
