@@ -29,7 +29,7 @@ from pathlib import Path
 
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir, exclusive_lock, write_private
-from narwhal_assets.ssh.sshkey import KeyProblem, PublicKey, b64_pton, read_key
+from narwhal_assets.ssh.sshkey import KEY_NAMES, KeyProblem, PublicKey, b64_pton, read_key
 
 CA_MARKER, REVOKED_MARKER = "@cert-authority", "@revoked"
 MARKER_MAX = 31  # check_markers: a marker word is shorter than 32 bytes
@@ -375,6 +375,26 @@ class KnownHostsStore:
     def fingerprints(self, host: str, port: int, *, alias: str | None = None) -> list[str]:
         return [key.fingerprint for key in self.keys_for(host, port, alias=alias)]
 
+    def host_key_algorithms(self, host: str, port: int, offered: list[str], *, alias: str | None = None) -> list[str]:
+        """`offered` host-key algorithms (in preference order, certificates first as in OpenSSH's default)
+        ordered as OpenSSH orders them for this host (order_hostkeyalgs): unchanged when a key of the first
+        one's type is recorded; else first every certificate algorithm when an @cert-authority line matches
+        and the algorithms of recorded key types, then the others. So a host with a certificate presents it,
+        and an @revoked CA is seen."""
+        entries = self._lookup(self._read(), _Name(host, port, alias).primary)
+        recorded = {(KEY_NAMES[e.key.name].kind, KEY_NAMES[e.key.name].curve) for e in entries
+                    if e.marker is None and e.key.certificate is None}  # fmt: skip
+        authority = any(e.marker == CA_MARKER for e in entries)
+
+        def preferred(algorithm: str) -> bool:
+            kind = KEY_NAMES.get(algorithm)
+            return kind is not None and ((kind.cert and authority) or (kind.kind, kind.curve) in recorded)
+
+        best = KEY_NAMES.get(offered[0]) if offered else None
+        if best is not None and (best.kind, best.curve) in recorded:
+            return list(offered)
+        return [a for a in offered if preferred(a)] + [a for a in offered if not preferred(a)]
+
     def key_blobs(self) -> list[str]:
         """Every valid key's base64 blob, whatever its marker: what a copied host-key line would contain."""
         return [base64.b64encode(key.blob).decode() for key in self._read().all_keys()]
@@ -607,29 +627,29 @@ class KnownHostsStore:
                 f"{where}: HOST KEY REVOKED: the server presented {shown}, which {self.path} marks @revoked "
                 "(the key or the CA that signed its certificate). Refusing to connect"
             )
+        note = self._authority_note(key, judgement)
         if judgement.refusal == "changed":
             recorded = ", ".join(f"{k.plain_name} {k.fingerprint}" for k in judgement.recorded)
             target = subject.host_id if subject.hop_of is None else f"<id of the inventory host at {name.host}>"
             return HostKeyChanged(
-                f"{where}: HOST KEY CHANGED: {self.path} records {recorded}, the server presented {shown}. "
+                f"{where}: HOST KEY CHANGED: {self.path} records {recorded}, the server presented {shown}{note}. "
                 "Refusing to connect. If the change is expected, verify the new key through the private access "
                 f"source, then run `deploy-hosts trust --host {target} --fingerprint {key.fingerprint}`"
             )
-        note = self._authority_note(key, judgement)
-        return HostKeyUnknown(f"{where}: host key {key.fingerprint} is not in {self.path}{note}")
+        advice = (": record the host's own key, verified out of band, with `deploy-hosts trust`" if note else
+                  "; run `deploy-hosts discover` to enrol it (accept-new), then retry")  # fmt: skip
+        return HostKeyUnknown(f"{where}: host key {key.fingerprint} is not in {self.path}{note}{advice}")
 
     def _authority_note(self, key: PublicKey, judgement: _Judgement) -> str:
+        """Why @cert-authority lines for this name did not vouch for the host (empty when there are none)."""
         if not judgement.authorities:
-            return "; run `deploy-hosts discover` to enrol it (accept-new), then retry"
+            return ""
         lines = ", ".join(map(str, judgement.authorities))
         why = (f"its host certificate is not valid for this name ({judgement.certificate_problem})"
                if key.certificate is not None and judgement.certificate_problem else
                "no certificate signed by it was presented (this tool checks host certificates only when the "
                "connection negotiates one; it does not enrol a CA-trusted host's plain key)")  # fmt: skip
-        return (
-            f"; line {lines} trusts a certificate authority (@cert-authority) for this name, but {why}: "
-            "record the host's own key, verified out of band, with `deploy-hosts trust`"
-        )
+        return f"; line {lines} trusts a certificate authority (@cert-authority) for this name, but {why}"
 
     # -- the file ---------------------------------------------------------------------------------------
 

@@ -477,3 +477,31 @@ def test_trust_does_not_split_a_line_shared_with_other_names(keys: Keys, store_a
     assert store.path.read_bytes() == original
     store.replace("node-1", "gpu1", 22, host_key(keys.a), host_key(keys.a).fingerprint)
     assert store.path.read_bytes() == original, "the shared line already pins this key"
+
+
+# ------------------------------------------------------------------------------- host-key algorithm order
+
+OPENSSH_ORDER = ["ssh-ed25519-cert-v01@openssh.com", "ecdsa-sha2-nistp256-cert-v01@openssh.com",
+                 "rsa-sha2-512-cert-v01@openssh.com", "ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512"]  # fmt: skip
+
+
+def test_host_key_algorithms_are_ordered_as_openssh_orders_them(keys: Keys, store_at: StoreAt) -> None:
+    """order_hostkeyalgs: as offered when the first one's key type is recorded, else the algorithms of
+    recorded key types (and every certificate one under a matching @cert-authority) first."""
+    assert store_at(line("gpu1", keys.a.line)).host_key_algorithms("gpu1", 22, OPENSSH_ORDER) == OPENSSH_ORDER
+    assert store_at(b"").host_key_algorithms("gpu1", 22, OPENSSH_ORDER) == OPENSSH_ORDER
+    assert store_at(line("gpu1", keys.rsa.line)).host_key_algorithms("GPU1", 22, OPENSSH_ORDER) == [
+        "rsa-sha2-512-cert-v01@openssh.com", "rsa-sha2-512", "ssh-ed25519-cert-v01@openssh.com",
+        "ecdsa-sha2-nistp256-cert-v01@openssh.com", "ssh-ed25519", "ecdsa-sha2-nistp256"]  # fmt: skip
+    certificates = ["ssh-ed25519-cert-v01@openssh.com", "rsa-sha2-512-cert-v01@openssh.com"]
+    plain_first = ["ssh-ed25519", "rsa-sha2-512", *certificates]
+    store = store_at(line("@cert-authority *", keys.ca.line) + line("other", keys.rsa.line))
+    assert store.host_key_algorithms("gpu1", 2222, plain_first) == [*certificates, "ssh-ed25519", "rsa-sha2-512"]
+    assert store.host_key_algorithms("other", 22, plain_first, alias="x") == [*certificates, *plain_first[:2]]
+
+
+def test_a_changed_key_under_a_ca_says_no_certificate_was_presented(keys: Keys, store_at: StoreAt) -> None:
+    store = store_at(line("@cert-authority gpu1", keys.ca.line) + line("gpu1", keys.b.line))
+    with pytest.raises(HostKeyChanged, match=r"HOST KEY CHANGED: .*line 1 trusts a certificate authority .* no cert"):
+        store.verify("node-1", "gpu1", 22, host_key(keys.a), STRICT)
+    assert verdict(store, "gpu1", 22, keys.cert) == "known"
