@@ -136,8 +136,8 @@ class PublicKey:
 
     @property
     def fingerprint(self) -> str:
-        """OpenSSH's `SHA256:<unpadded base64>` fingerprint (of the plain key, for a certificate too)."""
-        return "SHA256:" + base64.b64encode(hashlib.sha256(self.plain).digest()).decode().rstrip("=")
+        """The fingerprint of the plain key, for a certificate too (as `ssh-keygen -l` shows it)."""
+        return fingerprint_of(self.plain)
 
     def equals(self, other: PublicKey) -> bool:
         """sshkey_equal: a certificate equals only the same certificate, a plain key only the same plain key."""
@@ -148,6 +148,11 @@ class PublicKey:
     def same_public(self, other: PublicKey) -> bool:
         """sshkey_equal_public: the same public key, certificate or not."""
         return self.plain == other.plain
+
+
+def fingerprint_of(blob: bytes) -> str:
+    """OpenSSH's `SHA256:<unpadded base64>` fingerprint of a public key blob."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
 def b64_pton(text: bytes) -> bytes:

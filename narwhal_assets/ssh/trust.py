@@ -30,6 +30,7 @@ from pathlib import Path
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir, exclusive_lock, write_private
 from narwhal_assets.ssh.sshkey import KEY_NAMES, KeyProblem, PublicKey, b64_pton, read_key
+from narwhal_assets.ssh.sshkey import fingerprint_of as fingerprint_of  # part of this module's API
 
 CA_MARKER, REVOKED_MARKER = "@cert-authority", "@revoked"
 MARKER_MAX = 31  # check_markers: a marker word is shorter than 32 bytes
@@ -105,11 +106,6 @@ class HostKeyChanged(HostKeyError):
 
 class HostKeyRevoked(HostKeyError):
     pass
-
-
-def fingerprint_of(blob: bytes) -> str:
-    """OpenSSH's `SHA256:<unpadded base64>` fingerprint of a public key blob."""
-    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
 def format_address(host: str, port: int) -> str:

@@ -160,6 +160,10 @@ def test_a_bracketed_name_matches_its_own_port_only(keys: Keys, store_at: StoreA
     assert verdict(store, "10.0.0.5", 22, keys.a) == "unknown"
     assert verdict(store_at(line("[10.0.0.5]:22", keys.a.line)), "10.0.0.5", 22, keys.a) == "unknown"
     assert verdict(store_at(line("[10.0.0.5]:*", keys.a.line)), "10.0.0.5", 2200, keys.a) == "known"
+    ipv6 = store_at(line("[fd00::5]:2222", keys.a.line) + line("FD00::6", keys.b.line))
+    assert verdict(ipv6, "fd00::5", 2222, keys.a) == "known"
+    assert verdict(ipv6, "fd00::6", 22, keys.b) == "known"
+    assert verdict(ipv6, "fd00::6", 2222, keys.b) == "known"
 
 
 def test_a_port_with_no_entry_of_its_own_accepts_the_plain_names_key_only(keys: Keys, store_at: StoreAt) -> None:
