@@ -2,10 +2,10 @@
 
 A fleet command checks each host's key (and reads its recorded keys and fingerprints) against
 `config/ssh.known_hosts`, which holds one line per host plus whatever the operator added (here a few
-wildcard and hashed lines). For each fleet size this prints the time per host of `verify` + `keys_for` +
-`fingerprints` (CPU time, so other load on the machine does not count) with the store parsed once per content (what the commands do) and, as the same-script
-baseline, with the parse cache emptied before every host (every host paying for the whole file);
-"per-host ratio" is against the smallest size (about 1.0 when a host's cost does not grow with the fleet).
+wildcard and hashed lines). For each fleet size this prints the CPU time per host (other load on the
+machine does not count) of `verify` + `keys_for` + `fingerprints` with the store parsed once per content
+(what the commands do) and, as the same-script baseline, with the parse cache emptied before every host
+(every host paying for the whole file); "per-host ratio" is against the smallest size.
 
     .venv/bin/python benchmarks/bench_known_hosts.py [--sizes 32,256,1024] [--rounds 3]
 """
