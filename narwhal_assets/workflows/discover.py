@@ -293,7 +293,7 @@ def publish_config(
     store = KnownHostsStore(settings.known_hosts_path)
     with publish_lock(settings), store.locked():
         files = {path: text.encode() for path, text in generated.files(settings).items()}
-        files[store.path] = store.text_with(staged_enrolments(settings, inventory, run)).encode()
+        files[store.path] = store.content_with(staged_enrolments(settings, inventory, run))
         archive_previous(settings, run, files)
         digests = {_relative(settings, path): hashlib.sha256(data).hexdigest() for path, data in files.items()}
         if settings.hosts_path.is_file():

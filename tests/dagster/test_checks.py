@@ -16,7 +16,7 @@ from narwhal_assets.defs.discovery.checks import (
 )
 from narwhal_assets.defs.resources import ManagementCheckout
 
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBl0ZWNoZWNrLWtleS1mb3ItdGhlLWNoZWNrLXRlc3RzLTEyMzQ"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHRlY2hlY2sta2V5LWZvci10aGUtY2hlY2stdGVzdHMt"  # a well-formed key
 
 
 def checkout(tmp_path: Path) -> Path:
