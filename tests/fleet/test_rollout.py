@@ -259,6 +259,73 @@ def test_a_second_checkout_is_refused_on_any_shared_host_and_a_killed_one_stays_
     assert killed and all(r.status == dg.DagsterRunStatus.FAILURE for r in killed), killed
 
 
+@contextmanager
+def short_leases(*roots: Path, seconds: int = 4) -> Iterator[None]:
+    """Every checkout's operations hold leases of `seconds` while this lasts (NARWHAL_LEASE_S in .env), and
+    their connections stay up through a pause far longer than that (keep-alives every 30 s: a pause shorter
+    than the keep-alive window leaves the connection to the host's own fencing, which is what is tested)."""
+    saved = {root: (root / ".env").read_bytes() for root in roots}
+    try:
+        for root in roots:
+            with (root / ".env").open("a", encoding="utf-8") as env:
+                env.write(f"NARWHAL_LEASE_S={seconds}\nNARWHAL_SSH_ALIVE_INTERVAL=30\n")
+        yield
+    finally:
+        for root, data in saved.items():
+            (root / ".env").write_bytes(data)
+
+
+@pytest.mark.parametrize("phase", ["staging", "activating"])
+def test_an_operation_paused_past_its_lease_changes_nothing_more_once_another_took_over(
+    root: Path, prepared: Path, fleet: SimFleet, capsys: pytest.CaptureFixture[str], tmp_path: Path, phase: str
+) -> None:
+    """A (a laptop suspended: SIGSTOP) is paused past its lease while h2 stages, either while every host stages
+    (`--activate all`) or in the middle of its activations (`--activate each --max-parallel 1`: node-1 already
+    moved); B takes every host over and deploys its own run; A resumed (SIGCONT) is refused by each host it
+    still tries to change (gate `lease`) and the fleet ends on B's deployment everywhere, never mixed."""
+    other = tmp_path / "other-checkout"
+    shutil.copytree(root, other, symlinks=True, ignore=shutil.ignore_patterns("deployment-env"))
+    ours = manifest_of(prepared).deployment_id
+    home = fleet.host("h2").home
+    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
+    extra = ["--activate", "each", "--max-parallel", "1"] if phase == "activating" else []
+    with short_leases(root, other):
+        theirs_run = prepare(other, tmp_path / "theirs", capsys)
+        theirs = manifest_of(theirs_run).deployment_id
+        flag.write_text("15")
+        first = subprocess.Popen([sys.executable, "-m", "narwhal_assets", "--root", str(root), "install", "--run",
+                                  str(prepared), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)  # fmt: skip
+        try:
+            wait_for(started.exists, "the slow install to start on h2")
+            os.killpg(first.pid, signal.SIGSTOP)
+            flag.unlink()
+            if phase == "activating":
+                assert current(fleet, "node-1") == ours, "A moved node-1 before it was paused"
+            time.sleep(6)  # A's leases (4 s) run out while it is stopped
+            rc, out, err = install(other, theirs_run, capsys)
+            assert rc == 0, out + err
+            assert out.count("took over the stale lease of") >= 1, out
+            assert {h: current(fleet, h) for h in NAMES} == dict.fromkeys(NAMES, theirs)
+            os.killpg(first.pid, signal.SIGCONT)
+            out, err = first.communicate(timeout=120)
+        finally:
+            flag.unlink(missing_ok=True)
+            started.unlink(missing_ok=True)
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+                first.communicate()
+    assert first.returncode == 1, out + err
+    assert line(out, "node-2").startswith("failed at gate 'lease': lease: this operation's lease here was taken "
+                                          "over"), out  # fmt: skip
+    assert {h: current(fleet, h) for h in NAMES} == dict.fromkeys(NAMES, theirs), "A changed a host it lost"
+    assert not (remote_dir(fleet, "node-2", prepared) / "installed").exists(), "no marker without the lease"
+    if phase == "staging":
+        assert all(line(out, h).startswith("staged, not activated") for h in ("node-1", "node-3")), out
+    else:
+        assert line(out, "node-3").startswith("not staged"), out
+
+
 def test_a_run_prepared_before_a_setting_changed_warns_naming_it_and_strict_refuses(
     root: Path, prepared: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

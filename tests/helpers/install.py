@@ -23,8 +23,9 @@ OFFLINE_CHECK = "python -I -c 'import app.main'"  # the checkout's app/main.py (
 SLOW_FLAG = "slow-install"
 STARTED_FLAG = "install-started"
 # On a host whose home holds SLOW_FLAG, the install command announces itself and then takes long enough
-# for the test to kill that host mid-install.
-SLOW_INSTALL = f'if [ -e "$HOME/{SLOW_FLAG}" ]; then touch "$HOME/{STARTED_FLAG}"; sleep 60; fi; {OFFLINE_INSTALL}'
+# for the test to kill that host mid-install (60 s, or the seconds the flag file holds).
+SLOW_INSTALL = (f'if [ -e "$HOME/{SLOW_FLAG}" ]; then touch "$HOME/{STARTED_FLAG}"; s=$(cat "$HOME/{SLOW_FLAG}"); '
+                f'sleep "${{s:-60}}"; fi; {OFFLINE_INSTALL}')
 
 
 def manifest_of(run: Path) -> DeploymentManifest:
