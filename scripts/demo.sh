@@ -58,7 +58,7 @@ echo "== deploy-hosts prepare"
 echo "NARWHAL_DEPLOYMENT_REVISION=$(git -C "$checkout" rev-parse HEAD)" >> "$checkout/.env"
 run="$checkout/runs/deployment-env/demo-$(date -u +%Y%m%dT%H%M%SZ)"
 "$deploy" --root "$checkout" prepare --out "$run"
-echo "== deploy-hosts install (stage every host, then activate them together, under the fleet lock)"
+echo "== deploy-hosts install (a lease on every host, stage every host, then activate them together)"
 "$deploy" --root "$checkout" install --run "$run"
 echo "== deploy-hosts install (again: everything verified and reused, nothing sent)"
 "$deploy" --root "$checkout" install --run "$run"
@@ -73,14 +73,14 @@ Where to look:
   $checkout/config/            generated private inputs (hosts, known hosts, fleet, launch records, deployment.env)
   $checkout/runs/discovery/    observations, checkpoint digests, command logs per discovery run
   $checkout/runs/deployment-env/  prepared deployments: source.bundle, role files per host, manifest.json
-  $run/logs/   install logs per host (scripts sent, exit status, output)
+  $run/logs/   install logs per host (the programs sent, stored once in programs/; exit status, output)
 Try (each works as printed, from any directory):
   $deploy --root $checkout plan
   $deploy --root $checkout check-access --role engine-2
   $deploy --root $checkout status --json
   $deploy --root $checkout shell --current --role router                 # the router's role shell
   $deploy --root $checkout shell --role engine-2                          # a shell on the password host
-  $deploy --root $checkout lock                                           # who holds the fleet deploy lock
+  $deploy --root $checkout lock                                           # each host's deploy lease (free after the install)
   DAGSTER_HOME=$DAGSTER_HOME $deploy --root $checkout ui                  # the UI on 127.0.0.1:3000, Ctrl-C stops it
 Stop the simulated fleet with: bash $repo/scripts/demo.sh stop
 MSG

@@ -63,13 +63,13 @@ def status(args: argparse.Namespace) -> int:
     with forked(lambda: _read_hosts(checkout, entries)) as hosts:
         instance, record_statuses = _status_instance(args.root, checkout.inventory.host_ids())
         statuses, _ = hosts.join()
-    drifted, evaluation = record_statuses(instance, statuses)
+    drifted, interrupted, evaluation = record_statuses(instance, statuses)
     selected = {s.host_id for s in statuses}
     problems = [p for s in statuses for p in s.problems()]
-    problems += [f"host {h}: runs another deployment than the one last installed there (check "
-                 f"{evaluation.check_name})" for h in drifted if h in selected]  # fmt: skip
+    problems += [f"host {h}: " + (interrupted[h] if h in interrupted else "runs another deployment than the one "
+                 f"last installed there (check {evaluation.check_name})") for h in drifted if h in selected]  # fmt: skip
     if args.json:
-        print(json.dumps({"hosts": [s.as_json() for s in statuses], "drifting": drifted,
+        print(json.dumps({"hosts": [s.as_json() for s in statuses], "drifting": drifted, "interrupted": interrupted,
                           "check": {"name": evaluation.check_name, "passed": evaluation.passed}}))  # fmt: skip
     else:
         _print_table(statuses)

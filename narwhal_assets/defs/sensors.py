@@ -22,7 +22,7 @@ from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.core.inputs.settings import DOTENV, Settings
 from narwhal_assets.defs.discovery.assets import OBSERVATIONS
 from narwhal_assets.defs.lineage import latest_path
-from narwhal_assets.defs.names import DISCOVERY_JOB
+from narwhal_assets.defs.names import DISCOVERY_JOB, TRIGGER_TAG
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME, partition_requests
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
 from narwhal_assets.local.privatefiles import sha256_file
@@ -79,7 +79,7 @@ def inventory_sensor(
     reasons = rediscovery_reasons(previous, states, discovered=published is not None)
     current = context.instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME)
     partitions = partition_requests(current, inventory.host_ids())
-    runs = [dg.RunRequest(run_key=run_key(states), tags={"narwhal.trigger": "inputs"})] if reasons else []
+    runs = [dg.RunRequest(run_key=run_key(states), tags={TRIGGER_TAG: "inputs"})] if reasons else []
     context.log.info("; ".join(reasons) or "inputs unchanged")
     return dg.SensorResult(
         run_requests=runs,
@@ -123,7 +123,7 @@ def rediscovery_sensor(
     if not report.drift:
         return dg.SensorResult(skip_reason="\n".join([report.checked(), *report.lines()]), asset_events=[observation])
     context.log.info("\n".join(report.lines()))
-    request = dg.RunRequest(run_key=report.run_key(), tags={"narwhal.trigger": "drift", **report.tags()})
+    request = dg.RunRequest(run_key=report.run_key(), tags={TRIGGER_TAG: "drift", **report.tags()})
     return dg.SensorResult(run_requests=[request], asset_events=[observation])
 
 

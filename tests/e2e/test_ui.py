@@ -1,7 +1,8 @@
 """The Dagster UI in headless Chromium: `dagster dev` on a checkout wired to the simulated fleet, driven as an
 operator would: the asset catalog, Materialize on the discovery group and on `deployment_manifest` (prepare),
-a backfill of `host_installation` over every host's partition and its per-host outcome, `fleet_install_job` from
-its Launchpad and the fleet table it leaves on the asset, the Automation page.
+a backfill of `host_installation` over every host's partition (one run: the fleet operation), its per-host
+outcome and the fleet table it leaves on the asset, a backfill where one host fails (that partition, and only
+it, Failed), the Automation page.
 
 Screenshots go to `NARWHAL_UI_SCREENSHOTS` when set (scripts/ui-screenshots.sh: docs/ui), else the test's tmp dir.
 Every expectation comes from the definitions (`defs`), not from a hard-coded list.
@@ -9,7 +10,6 @@ Every expectation comes from the definitions (`defs`), not from a hard-coded lis
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -24,8 +24,6 @@ from helpers.files import assert_nowhere
 from helpers.fleet_checkout import DESTINATIONS, PASSWORD, set_env
 from helpers.git_repo import git_checkout
 from helpers.install import OFFLINE_CHECK, OFFLINE_INSTALL, manifest_of, partition_metadata, remote_dir
-from narwhal_assets.defs.installation.fleet import FLEET_COLUMNS
-from narwhal_assets.defs.installation.fleet import OP as FLEET_OP
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
 from narwhal_assets.cli.main import main
@@ -33,16 +31,16 @@ from narwhal_assets.core.deployment.manifest import DeploymentManifest
 from narwhal_assets.core.inputs.envfile import shell_quote
 from narwhal_assets.definitions import defs
 from narwhal_assets.defs.deployment.assets import latest_out
+from narwhal_assets.defs.installation.assets import FLEET_COLUMNS
 from narwhal_assets.defs.installation.status import CHECK_NAME as LIVE_CHECK
 from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, INSTALLATION
-from narwhal_assets.defs.names import FLEET_INSTALL_JOB
-from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME, host_partitions
 from narwhal_assets.local.privatefiles import write_private
 from narwhal_assets.runtime.runner import DAGSTER_HOME_DEFAULT, instance_yaml
 
 pytestmark = pytest.mark.fleet
 RUN_S = 600.0  # a run launched from the UI (discovery, prepare, the fleet install) on 2 busy cores
-BACKFILL_S = 900.0  # the daemon's backfill: one run per host, all started at once on the same 2 cores
+BACKFILL_S = 900.0  # the daemon's backfill: one run over every host, on the same 2 cores
 LAUNCH_S = 180.0  # from the click until the launched run or backfill is in the instance
 VIEWPORT = {"width": 1600, "height": 1000}  # the catalog renders only the rows in view
 FLEET_VIEWPORT = {"width": 1280, "height": 800}  # the fleet table must be readable in a 1280 px window
@@ -57,9 +55,7 @@ LOCATION = "narwhal_assets.definitions"  # workspace.yaml's python_module names 
 RUN_DONE = re.compile(r"^(Success|Failure|Canceled)$")  # a run page's final status tag
 BACKFILL_DONE = re.compile(r"^(Succeeded|Completed|Failed|Canceled)$")  # a backfill page's final status tag
 NOT_A_LINK = "xpath=self::*[not(ancestor-or-self::a)]"  # the backfill page's column headers are links
-RUN_ROW = "xpath=ancestor::div[.//a[normalize-space()='View']][1]"  # a run list's row, around one of its tags
 AUTOMATION_ROW = "xpath=ancestor::div[.//input[@type='checkbox']][1]"  # the Automation page's row of a name
-CONFIG_EDITOR = ".CodeMirror"  # the Launchpad's YAML editor (no role of its own)
 
 
 @pytest.fixture
@@ -152,11 +148,12 @@ def deployable_checkout(checkout: Path) -> None:
                   f"NARWHAL_REMOTE_CHECK={shell_quote(OFFLINE_CHECK)}\n")  # fmt: skip
 
 
-def launched_backfill(instance: dg.DagsterInstance, page: Page, screenshots: Path, log: Path) -> str:
-    """The id of the backfill a click launched (the instance's only one)."""
+def launched_backfill(instance: dg.DagsterInstance, page: Page, screenshots: Path, log: Path,
+                      before: set[str]) -> str:  # fmt: skip
+    """The id of the backfill a click launched (the one not among `before`)."""
     deadline = time.monotonic() + LAUNCH_S
     while time.monotonic() < deadline:
-        backfills = instance.get_backfills()
+        backfills = [b for b in instance.get_backfills() if b.backfill_id not in before]
         if backfills:
             assert len(backfills) == 1, "one click, one backfill"
             return backfills[0].backfill_id
@@ -166,9 +163,9 @@ def launched_backfill(instance: dg.DagsterInstance, page: Page, screenshots: Pat
 
 
 def backfill_every_host(page: Page, base: str, instance: dg.DagsterInstance, hosts: list[str], screenshots: Path,
-                        log: Path) -> None:  # fmt: skip
-    """Materialize… on `host_installation`, All partitions, Launch backfill; its page until it succeeded, then
-    its Runs tab: one successful run per host."""
+                        log: Path, *, ends: str = "Succeeded", shot: str = "install-backfill.png") -> None:  # fmt: skip
+    """Materialize… on `host_installation`, All partitions, Launch backfill; its page until it ended as `ends`,
+    then its Runs tab: ONE run over every host (the single-run backfill policy: one fleet operation)."""
     asset = INSTALLATION.to_user_string()
     page.goto(f"{base}/assets/{asset}")
     expect_description(page, INSTALLATION)
@@ -180,23 +177,28 @@ def backfill_every_host(page: Page, base: str, instance: dg.DagsterInstance, hos
     for host in hosts:
         expect(dialog.get_by_text(host, exact=True).first).to_be_visible()
     page.screenshot(path=screenshots / "install-launch.png")
+    before = {b.backfill_id for b in instance.get_backfills()}
     dialog.get_by_role("button", name="Launch backfill").click()
-    backfill = launched_backfill(instance, page, screenshots, log)
+    backfill = launched_backfill(instance, page, screenshots, log, before)
 
     page.goto(f"{base}/runs/b/{backfill}")
     status = page.get_by_text(BACKFILL_DONE).locator(NOT_A_LINK)
     expect(status).to_be_visible(timeout=BACKFILL_S * 1000)
-    if status.inner_text() != "Succeeded":
-        page.screenshot(path=screenshots / "install-backfill.png")
-        pytest.fail(f"backfill {backfill} ended {status.inner_text()} (see install-backfill.png):\n{tail(log)}",
+    if status.inner_text() != ends:
+        page.screenshot(path=screenshots / shot)
+        pytest.fail(f"backfill {backfill} ended {status.inner_text()}, not {ends} (see {shot}):\n{tail(log)}",
                     pytrace=False)  # fmt: skip
     for host in hosts:  # the backfill's partition selection names every host
         expect(page.get_by_text(host, exact=True).first).to_be_visible()
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill}))
+    assert len(runs) == 1, [r.tags for r in runs]
+    [run] = runs
+    assert (run.tags["dagster/asset_partition_range_start"], run.tags["dagster/asset_partition_range_end"]) == (
+        hosts[0], hosts[-1]), run.tags  # fmt: skip
     page.get_by_role("tab", name="Runs").click()
-    for host in hosts:
-        row = page.get_by_text(f"partition: {host}", exact=True).first.locator(RUN_ROW)
-        expect(row.get_by_text("Success", exact=True)).to_be_visible(timeout=60_000)
-    page.screenshot(path=screenshots / "install-backfill.png")
+    word = "Success" if ends == "Succeeded" else "Failure"
+    expect(page.get_by_text(word, exact=True).first).to_be_visible(timeout=60_000)
+    page.screenshot(path=screenshots / shot)
 
 
 def assert_partitions_installed(page: Page, base: str, hosts: list[str], screenshots: Path) -> None:
@@ -213,26 +215,6 @@ def assert_partitions_installed(page: Page, base: str, hosts: list[str], screens
     page.screenshot(path=screenshots / "host-installation-partitions.png")
 
 
-def fleet_install_from_launchpad(page: Page, base: str, instance: dg.DagsterInstance, prepared: Path,
-                                 screenshots: Path, log: Path) -> None:  # fmt: skip
-    """Jobs, `fleet_install_job`, Launchpad: the prepared directory as the only config, Launch Run; its run must
-    succeed."""
-    before = run_ids(instance)
-    page.goto(f"{base}/jobs")
-    page.get_by_role("link", name=re.compile(rf"\b{FLEET_INSTALL_JOB}$")).click()  # its name: icon, then job
-    page.get_by_role("tab", name="Launchpad").click()
-    editor = page.locator(CONFIG_EDITOR)
-    expect(editor).to_contain_text(f"{FLEET_OP}:", timeout=60_000)  # the defaults, scaffolded
-    editor.click()
-    page.keyboard.press("ControlOrMeta+A")
-    page.keyboard.insert_text(f"ops:\n  {FLEET_OP}:\n    config:\n      run_dir: {json.dumps(str(prepared))}\n")
-    expect(page.get_by_text("No errors", exact=True)).to_be_visible(timeout=60_000)
-    page.get_by_role("button", name="Launch Run").click()
-    run = launched_run(instance, before, page, screenshots, log)
-    assert run.job_name == FLEET_INSTALL_JOB, run.job_name
-    follow_run(page, base, instance, run, log)
-
-
 def assert_fleet_table(page: Page, base: str, manifest: DeploymentManifest, screenshots: Path) -> None:
     """The asset's Events tab in a 1280 px window: the latest event is the fleet observation, whose table has a
     row per host (roles, current deployment, short revision, state) and, with the navigation hidden, fits."""
@@ -246,7 +228,7 @@ def assert_fleet_table(page: Page, base: str, manifest: DeploymentManifest, scre
     expect(table.get_by_role("columnheader")).to_have_text(FLEET_COLUMNS)
     for host in manifest.hosts:
         expected = {"host": host.id, "roles": ",".join(host.roles), "current": manifest.deployment_id[:12],
-                    "revision": manifest.revision[:12], "state": "already current",  # installed by the backfill
+                    "revision": manifest.revision[:12], "state": "activated",  # by the backfill's one run
                     "last_action": "dagster"}  # fmt: skip
         row = table.get_by_role("row").filter(has=page.get_by_role("cell", name=host.id, exact=True))
         expect(row.get_by_role("cell")).to_have_text([expected[column] for column in FLEET_COLUMNS])
@@ -328,9 +310,25 @@ def test_operator_discovers_prepares_and_installs_from_the_ui(
             installed = remote_dir(fleet, host, prepared) / "installed"
             assert installed.read_bytes() == manifest.revision.encode() + b"\n", host
 
-        # The same prepared run once more, as one run over every host, from the Launchpad: the fleet table.
-        fleet_install_from_launchpad(page, base, instance, prepared, screenshots, log)
+        # The backfill's run left the fleet table on the asset.
         assert_fleet_table(page, base, manifest, screenshots)
+
+        # One host's installed content tampered with: a backfill ends failed, and only that host's partition is
+        # Failed (the others, already current, are materialized again); its current did not move.
+        bundle = remote_dir(fleet, hosts[1], prepared) / "source.bundle"
+        original = bundle.read_bytes()
+        bundle.write_bytes(original + b"tampered")
+        try:
+            backfill_every_host(page, base, instance, hosts, screenshots, log, ends="Failed",
+                                shot="install-backfill-failed.png")  # fmt: skip
+        finally:
+            bundle.write_bytes(original)
+        page.goto(f"{base}/assets/{INSTALLATION.to_user_string()}?view=partitions")
+        for label in (f"Materialized ({len(hosts) - 1})", "Failed (1)", "Missing (0)"):
+            expect(page.get_by_text(label, exact=True)).to_be_visible(timeout=60_000)
+        page.screenshot(path=screenshots / "host-installation-failed-partition.png")
+        states = instance.get_status_by_partition(INSTALLATION, hosts, host_partitions)
+        assert states[hosts[1]] == dg.AssetPartitionStatus.FAILED, states
 
         # `deploy-hosts status` records each host's live deployment; the asset page shows the revisions per host.
         assert main(["--root", str(checkout), "status"]) == 0

@@ -82,7 +82,7 @@ def test_a_changed_checkpoint_file_and_image_id_request_a_tagged_discovery(
     [request] = data.run_requests
     assert request.tags["narwhal.drift/node-2"] == "checkpoint"
     assert request.tags["narwhal.drift/node-3"] == "image"
-    assert "narwhal.drift/node-1" not in request.tags and request.tags["narwhal.trigger"] == "drift"
+    assert "narwhal.drift/node-1" not in request.tags and request.tags["narwhal/trigger"] == "drift"
     assert again.run_requests[0].run_key == request.run_key, "the same drift requests the same run"
     drift = data.asset_events[0].metadata["drift"].value
     assert drift["node-2"] == [f"checkpoint: engine-2: 1 file(s) changed: {TOUCHED}"]
@@ -179,7 +179,7 @@ def skipped_after(instance: dg.DagsterInstance, since: float) -> list[Instigator
 
 
 def drift_runs(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
-    return list(instance.get_runs(filters=dg.RunsFilter(tags={"narwhal.trigger": "drift"})))
+    return list(instance.get_runs(filters=dg.RunsFilter(tags={"narwhal/trigger": "drift"})))
 
 
 def finished(instance: dg.DagsterInstance, run_id: str) -> dg.RunRecord | None:

@@ -8,6 +8,7 @@ with `build_schedule_context` on that instance and the runs they request are exe
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,12 +22,11 @@ from helpers.install import install, manifest_of, outcomes, remote_dir
 
 from narwhal_assets.definitions import defs
 from narwhal_assets.defs.deployment.assets import prepare_deployment
-from narwhal_assets.defs.installation.assets import host_installation
+from narwhal_assets.defs.installation.assets import RolloutFailed, host_installation
 from narwhal_assets.defs.installation.checks import CHECK_NAME, evaluate_installed, installation_outdated_sensor
 from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.schedules import reverify_installed_hosts
 from narwhal_assets.runtime.runner import run_job
-from narwhal_assets.workflows.install import HostInstallFailure
 
 HOSTS = ["node-1", "node-2", "node-3"]
 
@@ -45,17 +45,18 @@ def tick(instance: dg.DagsterInstance) -> dg.ScheduleExecutionData:
     return reverify_installed_hosts.evaluate_tick(context)
 
 
-def run_request(root: Path, request: dg.RunRequest) -> tuple[str, dict[str, object]]:
-    """Execute one requested run as the daemon would launch it: (outcome, its metadata or the failure's)."""
-    assert request.partition_key is not None
-    try:
-        result = run_job(root, request.job_name or "install_job", "reverify", run_config=request.run_config,
-                         partition_key=request.partition_key, tags=request.tags)  # fmt: skip
-    except HostInstallFailure as failure:
-        return f"failed: {failure.gate}", {"message": failure.message}
-    [event] = result.asset_materializations_for_node(INSTALLATION.path[-1])
-    meta = {key: value.value for key, value in event.metadata.items()}
-    return str(meta["outcome"]), meta
+def run_request(root: Path, instance: dg.DagsterInstance, request: dg.RunRequest) -> dict[str, dict[str, object]]:
+    """Execute the requested run as the daemon would launch it: each host's event metadata in that run."""
+    with contextlib.suppress(RolloutFailed):  # a host failed: its event says how
+        run_job(root, request.job_name or "install_job", "reverify", run_config=request.run_config, tags=request.tags)
+    [run] = instance.get_runs(limit=1)
+    found: dict[str, dict[str, object]] = {}
+    for kind in (dg.DagsterEventType.ASSET_OBSERVATION, dg.DagsterEventType.ASSET_MATERIALIZATION):
+        for record in instance.get_records_for_run(run.run_id, of_type=kind).records:
+            event = record.event_log_entry.asset_materialization or record.event_log_entry.asset_observation
+            if event is not None and event.partition is not None and "outcome" in event.metadata:
+                found[event.partition] = {key: value.value for key, value in event.metadata.items()}
+    return found
 
 
 def test_reverify_schedule_requests_installed_hosts_and_a_tampered_host_fails(
@@ -66,23 +67,25 @@ def test_reverify_schedule_requests_installed_hosts_and_a_tampered_host_fails(
 
     rc, out, err = install(discovered, prepared, capsys)
     assert rc == 0 and outcomes(out) == dict.fromkeys(HOSTS, "installed"), out + err
-    requests = tick(instance).run_requests
-    assert [r.partition_key for r in requests] == HOSTS and {r.run_key for r in requests} == set(HOSTS)
-    config = {"ops": {"host_installation": {"config": {"run_dir": str(prepared)}}}}
-    assert all(r.run_config == config and r.tags["narwhal.trigger"] == "reverify" for r in requests)
+    [request] = tick(instance).run_requests  # one run over every host: one fleet operation under the lease
+    assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) \
+        == (HOSTS[0], HOSTS[-1])  # fmt: skip
+    config = {"ops": {"host_installation": {"config": {"run_dir": str(prepared), "hosts": []}}}}
+    assert request.run_config == config and request.tags["narwhal/trigger"] == "reverify"
     assert dg.validate_run_config(defs.resolve_job_def("install_job"), config)
 
     target = remote_dir(fleet, "node-2", prepared) / "checkout" / "runs" / "deployment" / ".env.engine-2"
     target.write_bytes(b"export TAMPERED=1\n")
-    results = {r.partition_key: run_request(discovered, r) for r in requests}
-    assert results["node-2"][0] == "failed: verify file" and ".env.engine-2" in str(results["node-2"][1]["message"])
+    results = run_request(discovered, instance, request)
+    failed = results["node-2"]
+    assert failed["outcome"] == "failed: verify file" and ".env.engine-2" in str(failed["message"])
     for host_id in ("node-1", "node-3"):
-        outcome, meta = results[host_id]
-        assert (outcome, meta["bytes_sent"], meta["files_sent"]) == ("reused", 0, 0)
+        meta = results[host_id]
+        assert (meta["outcome"], meta["bytes_sent"], meta["files_sent"]) == ("reused", 0, 0)
         assert meta["deployment_id"] == manifest_of(prepared).deployment_id
     assert target.read_bytes() == b"export TAMPERED=1\n", "re-verification repairs nothing"
-    retried = [r.partition_key for r in tick(instance).run_requests]
-    assert retried == HOSTS, "a failed re-verification is retried next tick"
+    [retried] = tick(instance).run_requests
+    assert retried.tags["dagster/asset_partition_range_end"] == HOSTS[-1], "a failed re-verification is retried"
 
     rc, out, err = cli(discovered, "prepare", "--out", str(prepared.parent / "newer"), capsys=capsys)
     assert rc == 0, err

@@ -33,6 +33,8 @@ from helpers.install import (
 )
 from helpers.polling import wait_for
 
+from narwhal_assets.defs.partitions import host_partitions
+
 pytestmark = pytest.mark.fleet
 FAIL_FLAG = "fail-check"
 
@@ -87,6 +89,11 @@ def test_one_failing_host_activates_none_and_the_rerun_sends_nothing_to_the_stag
     for host_id in ("node-1", "node-3"):
         assert line(out, host_id).startswith("staged, not activated (node-2 failed: no host was activated")
     assert {h: current(fleet, h) for h in NAMES} == before, "no host moved"
+    with dg.DagsterInstance.get() as instance:  # what the UI shows: this run meant to install them and did not
+        states = instance.get_status_by_partition(dg.AssetKey("host_installation"), list(NAMES), host_partitions)
+        [run] = instance.get_runs(filters=dg.RunsFilter(job_name="install_job"), limit=1)
+    assert states == dict.fromkeys(NAMES, dg.AssetPartitionStatus.FAILED), states
+    assert run.status == dg.DagsterRunStatus.FAILURE and run.tags["dagster/asset_partition_range_start"] == "node-1"
 
     rc, out, err = install(root, prepared, capsys)
     assert rc == 0, out + err
@@ -94,6 +101,9 @@ def test_one_failing_host_activates_none_and_the_rerun_sends_nothing_to_the_stag
         assert re.match(r"reused, activated \(was \S+\) \(0 files, 0 bytes sent", line(out, host_id)), out
     assert line(out, "node-2").startswith("installed, activated")
     assert {h: current(fleet, h) for h in NAMES} == dict.fromkeys(NAMES, deployment)
+    with dg.DagsterInstance.get() as instance:
+        states = instance.get_status_by_partition(dg.AssetKey("host_installation"), list(NAMES), host_partitions)
+    assert states == dict.fromkeys(NAMES, dg.AssetPartitionStatus.MATERIALIZED), states
 
 
 def test_activate_each_moves_the_hosts_that_staged_and_a_failing_canary_stages_no_other_host(
@@ -371,3 +381,6 @@ def test_ctrl_c_says_where_each_host_stopped_without_a_traceback(
     assert all(f"host {h}: stopped" in err for h in NAMES), err
     assert err.strip().splitlines()[-1].startswith("deploy-hosts install: interrupted by SIGINT")
     assert gone(fleet, "h3", "sleep 60") == []
+    with dg.DagsterInstance.get() as instance:
+        [run] = instance.get_runs(filters=dg.RunsFilter(tags={"narwhal/pid": str(command.pid)}))
+    assert run.status == dg.DagsterRunStatus.CANCELED, run.status

@@ -29,7 +29,8 @@ def test_a_newer_observation_of_another_deployment_fails_the_check_naming_the_ho
         instance.add_dynamic_partitions(HOSTS_PARTITIONS_NAME, ["node-1", "node-2"])
         installed(instance, "node-1", A)
         installed(instance, "node-2", A)
-        drifted, evaluation = record_statuses(instance, [live("node-1", A), live("node-2", B)])
+        drifted, interrupted, evaluation = record_statuses(instance, [live("node-1", A), live("node-2", B)])
+        assert interrupted == {}, "no install run explains it: drift"
         assert drifted == ["node-2"] and not evaluation.passed
         rows = {r.data["host"]: r.data for r in evaluation.metadata["revisions"].value.records}
         assert rows["node-2"]["live_deployment"] == B and rows["node-2"]["installed_deployment"] == A
@@ -46,3 +47,29 @@ def test_a_newer_observation_of_another_deployment_fails_the_check_naming_the_ho
         result = live_matches_installed(dg.build_asset_check_context(instance=instance))
         assert isinstance(result, dg.AssetCheckResult) and result.passed
         assert record_statuses(instance, [live("node-2", None)])[0] == ["node-2"], "no current at all is drift"
+
+
+def test_a_host_moved_by_an_install_killed_before_it_recorded_it_is_an_interrupted_install() -> None:
+    """`current` names B, the last recorded install is A, and an install run of B over this host ended failed:
+    `status` says interrupted install, not drift (a run of B over another host, or of another deployment,
+    explains nothing)."""
+    job = dg.define_asset_job("install_job", selection=[dg.AssetKey("host_installation")])
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(HOSTS_PARTITIONS_NAME, ["node-1", "node-2", "node-3"])
+        for host_id in ("node-1", "node-2", "node-3"):
+            installed(instance, host_id, A)
+        for deployment, start, end in ((B, "node-2", "node-2"), (B, "node-3", "node-3"), (A, "node-1", "node-1")):
+            run = instance.create_run_for_job(job_def=_job(job), run_config={}, tags={
+                "narwhal/deployment_id": deployment, "dagster/asset_partition_range_start": start,
+                "dagster/asset_partition_range_end": end})  # fmt: skip
+            instance.report_run_failed(run, message="killed")
+        drifted, interrupted, _ = record_statuses(instance, [live("node-1", B), live("node-2", B)])
+        assert drifted == ["node-1", "node-2"]
+        assert list(interrupted) == ["node-2"] and "interrupted install" in interrupted["node-2"]
+
+
+def _job(job: dg.UnresolvedAssetJobDefinition) -> dg.JobDefinition:
+    @dg.asset(name="host_installation", partitions_def=dg.DynamicPartitionsDefinition(name=HOSTS_PARTITIONS_NAME))
+    def host_installation() -> None: ...
+
+    return dg.Definitions(assets=[host_installation], jobs=[job]).resolve_job_def("install_job")

@@ -628,10 +628,10 @@ def test_status_overlapping_a_commit_is_not_drift(tmp_path: Path) -> None:
         reads = [seen("node-1", DEPLOYMENT), seen("node-2", DEPLOYMENT, state="locked"), seen("node-3", OTHER)]
         installed("node-1", OTHER)  # an install committed while status was reading node-1: current moved since
         installed("node-2", OTHER)
-        drifted, evaluation = record_statuses(instance, reads)
+        drifted, _, evaluation = record_statuses(instance, reads)
         assert drifted == ["node-3"], "only node-3's current moved outside the tool"
         assert not evaluation.passed
-        drifted, _ = record_statuses(instance, [seen("node-1", OTHER), seen("node-2", DEPLOYMENT)])
+        drifted, _, _ = record_statuses(instance, [seen("node-1", OTHER), seen("node-2", DEPLOYMENT)])
         assert drifted == ["node-2", "node-3"]
 
 

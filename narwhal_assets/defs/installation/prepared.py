@@ -22,13 +22,15 @@ def checked_prepared_run(instance: dg.DagsterInstance, run_dir: Path | None) -> 
     """`run_dir` when no recorded prepare of it failed a check (one this instance never saw is verified by its
     manifest alone); else the newest prepared run whose checks all passed."""
     records = instance.fetch_materializations(DEPLOYMENT_MANIFEST, limit=SCAN).records
+    seen: set[Path] = set()  # a directory's newest prepare is the one that made what is in it
     for record in records:
         materialization = record.asset_materialization
         if materialization is None or "out" not in materialization.metadata:
             continue
         out = Path(str(materialization.metadata["out"].value))
-        if run_dir is not None and out.resolve() != run_dir.resolve():
+        if out.resolve() in seen or (run_dir is not None and out.resolve() != run_dir.resolve()):
             continue
+        seen.add(out.resolve())
         failed = failed_checks(instance, record.run_id)
         if not failed:
             return out

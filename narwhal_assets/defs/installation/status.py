@@ -15,7 +15,8 @@ from narwhal_assets.core.deployment.live import Recorded, drifting
 from narwhal_assets.defs.evaluations import as_result
 from narwhal_assets.defs.installation.checks import latest_installs
 from narwhal_assets.defs.keys import INSTALLATION
-from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
+from narwhal_assets.defs.names import DEPLOYMENT_TAG, INSTALL_JOB
+from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME, RANGE_END_TAG, RANGE_START_TAG
 
 if TYPE_CHECKING:
     from narwhal_assets.workflows.deployments import HostStatus
@@ -25,6 +26,7 @@ LIVE_KEY = "live_deployment_id"
 READ_STARTED_KEY = "read_started_at"  # when status began reading the host (the drift rule's observation time)
 IN_PROGRESS_KEY = "install_in_progress"
 SCAN = 50  # observations read per host to find the newest status one (failed installs observe too)
+ENDED_BADLY = [dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
 DIRECTORY_COLUMNS = ["deployment_id", "state", "revision", "check", "current"]
 REVISION_COLUMNS = ["host", "installed_revision", "installed_deployment", "live_revision", "live_deployment", "drift"]
 
@@ -99,14 +101,44 @@ def evaluate_drift(instance: dg.DagsterInstance, host_ids: list[str]) -> tuple[l
 
 def record_statuses(
     instance: dg.DagsterInstance, statuses: "list[HostStatus]"
-) -> tuple[list[str], dg.AssetCheckEvaluation]:
-    """Observe every host that answered, then evaluate the drift check over every known host (runless)."""
+) -> tuple[list[str], dict[str, str], dg.AssetCheckEvaluation]:
+    """Observe every host that answered, then evaluate the drift check over every known host (runless); also
+    which drifting hosts an interrupted install explains (host -> what to say)."""
     for status in statuses:
         if status.error is None:
             instance.report_runless_asset_event(status_observation(status))
-    drifted, evaluation = evaluate_drift(instance, instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME))
+    hosts = instance.get_dynamic_partitions(HOSTS_PARTITIONS_NAME)
+    drifted, evaluation = evaluate_drift(instance, hosts)
     instance.report_runless_asset_event(evaluation)
-    return drifted, evaluation
+    live = {s.host_id: s.current for s in statuses if s.error is None}
+    return drifted, interrupted_installs(instance, hosts, {h: live.get(h) for h in drifted}), evaluation
+
+
+def interrupted_installs(
+    instance: dg.DagsterInstance, order: list[str], live: dict[str, str | None]
+) -> dict[str, str]:
+    """For each drifting host whose `current` names a deployment: the install run of that deployment over this
+    host that ended failed or canceled since the host's last recorded install (killed or interrupted while
+    activating, before it could record the host), described. Such a host moved under an operation of this
+    tool, not outside it."""
+    installed = latest_installs(instance, [h for h, d in live.items() if d])
+    found: dict[str, str] = {}
+    for host_id, deployment in live.items():
+        if not deployment:
+            continue
+        since = installed[host_id].timestamp if installed.get(host_id) else 0.0
+        runs = instance.get_runs(filters=dg.RunsFilter(job_name=INSTALL_JOB, statuses=ENDED_BADLY,
+                                                       tags={DEPLOYMENT_TAG: deployment}), limit=SCAN)  # fmt: skip
+        for run in runs:
+            start, end = run.tags.get(RANGE_START_TAG), run.tags.get(RANGE_END_TAG)
+            if start in order and end in order and order.index(start) <= order.index(host_id) <= order.index(end):
+                record = instance.get_run_record_by_id(run.run_id)
+                if record is not None and (record.create_timestamp.timestamp() >= since):
+                    found[host_id] = (f"an interrupted install: run {run.run_id} ({run.status.value.lower()}) moved "
+                                      f"`current` to {deployment} before it could record this host; run the same "
+                                      "install again to record it")  # fmt: skip
+                    break
+    return found
 
 
 @dg.asset_check(
