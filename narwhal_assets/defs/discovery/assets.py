@@ -124,7 +124,7 @@ def discovered_config(
     with the staged host keys; the previous set is archived in the run directory."""
     opened = checkout.open()
     settings = operator_settings(opened.settings)
-    run = DiscoveryRun.load(upstream_path(context.instance, context.run_id, OBSERVATIONS, "run_dir"))
+    run = DiscoveryRun.load(upstream_path(context.instance, context.run.run_id, OBSERVATIONS, "run_dir"))
     generated = generate_config(settings, opened.inventory, run)
     digests = publish_config(settings, opened.inventory, run, generated)
     yield dg.MaterializeResult(
