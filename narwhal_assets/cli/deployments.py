@@ -66,8 +66,8 @@ def status(args: argparse.Namespace) -> int:
     drifted, interrupted, evaluation = record_statuses(instance, statuses)
     selected = {s.host_id for s in statuses}
     problems = [p for s in statuses for p in s.problems()]
-    problems += [f"host {h}: " + (interrupted[h] if h in interrupted else "runs another deployment than the one "
-                 f"last installed there (check {evaluation.check_name})") for h in drifted if h in selected]  # fmt: skip
+    drift = f"runs another deployment than the one last installed there (check {evaluation.check_name})"
+    problems += [f"host {h}: {interrupted.get(h, drift)}" for h in drifted if h in selected]
     if args.json:
         print(json.dumps({"hosts": [s.as_json() for s in statuses], "drifting": drifted, "interrupted": interrupted,
                           "check": {"name": evaluation.check_name, "passed": evaluation.passed}}))  # fmt: skip

@@ -31,7 +31,7 @@ from narwhal_assets.protocols.install import MESSAGE_LIMIT, DeploymentEntry, Gat
 from narwhal_assets.ssh.access import host_access
 from narwhal_assets.ssh.parallel import over_hosts
 from narwhal_assets.ssh.transport import Connector
-from narwhal_assets.workflows.install import HostInstallFailure, call_installer, install_files
+from narwhal_assets.workflows.install import HostInstallFailure, acquire_and_call, call_installer, install_files
 from narwhal_assets.workflows.lease import OperationLease
 
 RUNS_LIMIT = 1000  # prepared runs read from the workstation's deployment directory
@@ -149,9 +149,9 @@ def prune_host(
 ) -> InstallReport:
     """One call that takes the operation's lease on the host, removes under it, and releases it: a host whose
     lease another operation holds is refused (gate `lease`) and keeps everything."""
-    params = {"action": "prune", "remove": remove, "lease": lease.params("acquire", "after")}
     with connector.connect(host_access(settings, entry)) as connection:
-        return call_installer(connection, None, {"remote_base": REMOTE_BASE, **params}, [], lease)
+        return acquire_and_call(connection, None, {"remote_base": REMOTE_BASE, "action": "prune", "remove": remove},
+                                lease, "after")  # fmt: skip
 
 
 def workstation_prune_plan(

@@ -210,9 +210,8 @@ def installer_params(run: PreparedRun, host_id: str, commands: InstallCommands |
 
 
 def inspect_host(
-    connection: HostConnection, run: PreparedRun, mode: Mode, lease: OperationLease, release_when_current: bool,
-    holder_gone: dict[str, Any] | None = None,
-) -> tuple[HostOutcome, InstallReport | None]:  # fmt: skip
+    connection: HostConnection, run: PreparedRun, mode: Mode, lease: OperationLease, release_when_current: bool
+) -> tuple[HostOutcome, InstallReport | None]:
     """The host's first call: take the operation's lease there and look (read-only): which files it has, and
     whether the deployment is complete and verified (`reused`). With `release_when_current`, a host where it
     is complete and already current is released at once: the operation has nothing to do there. In
@@ -221,10 +220,9 @@ def inspect_host(
                           deployment_id=run.manifest.deployment_id)  # fmt: skip
     log = HostLog.open(run.log_path(connection.host_id))
     release = "when_current" if release_when_current else "never"
-    params = {**installer_params(run, connection.host_id), "action": "inspect",
-              "lease": lease.params("acquire", release, holder_gone)}  # fmt: skip
+    params = {**installer_params(run, connection.host_id), "action": "inspect"}
     try:
-        report = call_installer(connection, log, params, [], lease)
+        report = acquire_and_call(connection, log, params, lease, release)
     except NarwhalError as exc:
         _failed(outcome, exc, log)
         return outcome, None
@@ -315,6 +313,21 @@ def _failed(outcome: HostOutcome, exc: NarwhalError, log: HostLog | None) -> Non
     outcome.gate, outcome.message = Gate.CONNECTION.value, terminal_safe(str(exc))
     if log is not None:
         log.note(f"connection failure: {outcome.message}")
+
+
+def acquire_and_call(
+    connection: HostConnection, log: HostLog | None, params: dict[str, Any], lease: OperationLease, release: str
+) -> InstallReport:
+    """An installer call that takes the operation's lease on the host first; when an operation of this
+    workstation that no longer runs holds it (killed, or ended while the host was down), once more, taking
+    that lease over."""
+    try:
+        return call_installer(connection, log, {**params, "lease": lease.params("acquire", release)}, [], lease)
+    except HostInstallFailure as failure:
+        gone = lease.dead_holder(connection.host_id) if failure.gate == Gate.LEASE.value else None
+        if gone is None:
+            raise
+    return call_installer(connection, log, {**params, "lease": lease.params("acquire", release, gone)}, [], lease)
 
 
 def call_installer(

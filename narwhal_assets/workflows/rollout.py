@@ -161,9 +161,6 @@ class _Operation:
             try:
                 with self.pool.connection(entry) as connection:
                     outcome, report = inspect_host(connection, self.run_, self.plan.mode, self.lease, True)
-                    gone = self.lease.dead_holder(entry.id)
-                    if gone is not None:  # held by a killed command of this workstation: taken over at once
-                        outcome, report = inspect_host(connection, self.run_, self.plan.mode, self.lease, True, gone)
             except NarwhalError as exc:
                 return connection_failed(entry.id, self.run_, exc, began)
             outcome.seconds = time.monotonic() - began
