@@ -14,7 +14,7 @@ from narwhal_assets.ssh.openssh import openssh_command
 
 
 def local_forward(text: str, tmp_path: Path) -> str:
-    command = openssh_command(resolve_endpoint("u@t", None), tmp_path / "kh", None, forward=parse_forward(text))
+    command = openssh_command(resolve_endpoint("u@t", None), tmp_path / "kh", forwards=[parse_forward(text)])
     return command.argv[command.argv.index("-L") + 1]
 
 
