@@ -11,6 +11,7 @@ options not used are listed, options it cannot reproduce refuse the host.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,14 +77,21 @@ class Endpoint:
         """The ProxyJump hops in connection order (outermost first), each hop's own hops before it."""
         return [*self.via.hops(), self.via] if self.via is not None else []
 
-    def refuse(self, who: str) -> None:
-        """Raise the first reason the paramiko transport cannot connect to this endpoint or a hop of it."""
+    def refusal(self) -> str | None:
+        """Why the paramiko transport cannot connect to this endpoint or a hop of it (the first reason)."""
         for endpoint in [*self.hops(), self]:
             if endpoint.refusals:
                 refusal = endpoint.refusals[0]
-                hop = f" (ProxyJump hop {endpoint.destination})" if endpoint is not self else ""
-                raise InputError([f"{who}{hop}: {refusal.option} {printable(refusal.value, 120)} "
-                                  f"({config_label(endpoint.config)}): {refusal.reason}"])  # fmt: skip
+                hop = f"ProxyJump hop {endpoint.destination}: " if endpoint is not self else ""
+                return (f"{hop}{refusal.option} {printable(refusal.value, 120)} ({config_label(endpoint.config)}): "
+                        f"{refusal.reason}")  # fmt: skip
+        return None
+
+    def refuse(self, who: str) -> None:
+        """Raise the refusal, if any, for `who` (the host id and its variable)."""
+        refusal = self.refusal()
+        if refusal is not None:
+            raise InputError([f"{who}: {refusal}"])
 
 
 def parse_destination(text: str) -> tuple[str | None, str, int | None]:
@@ -133,8 +141,7 @@ def _resolve(query: Query, shown: str, local: LocalAccount, environ: Mapping[str
     elif command is not None and command.lower() != "none":
         proxy_command = expanded("ProxyCommand", command, proxy=True)
     identity_files = tuple(expanded("IdentityFile", value) for value in answer.all("identityfile"))
-    refusals = policy.refusals(answer) + identities.refusals(identity_files)
-    defaults = resolver.defaults()
+    rules = _rules(answer, resolver.defaults())
     return Endpoint(
         destination=shown,
         alias=query.host,
@@ -151,16 +158,38 @@ def _resolve(query: Query, shown: str, local: LocalAccount, environ: Mapping[str
         connect_timeout=_connect_timeout(answer),
         address_family=answer.one("addressfamily") or "any",
         bind_address=answer.one("bindaddress"),
-        algorithms=policy.algorithms(answer, defaults),
-        auth_methods=policy.auth_methods(answer),
-        auth_off=policy.auth_off(answer),
+        algorithms=rules.algorithms,
+        auth_methods=rules.auth_methods,
+        auth_off=rules.auth_off,
         compression=answer.one("compression") == "yes",
         tcp_keepalive=answer.one("tcpkeepalive") != "no",
-        not_applied=policy.not_applied(answer, defaults),
-        refusals=tuple(refusals),
+        not_applied=rules.not_applied,
+        refusals=(*rules.refusals, *identities.refusals(identity_files)),
         config=query.config,
         query=query,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """What policy.py makes of one answer (the same for every resolve that answer serves)."""
+
+    refusals: tuple[Refusal, ...]
+    not_applied: tuple[NotApplied, ...]
+    algorithms: Algorithms
+    auth_methods: tuple[str, ...]
+    auth_off: dict[str, tuple[str, str]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _rules(answer: Answer, defaults: Answer) -> _Rules:
+    return _Rules(
+        tuple(policy.refusals(answer)),
+        policy.not_applied(answer, defaults),
+        policy.algorithms(answer, defaults),
+        policy.auth_methods(answer),
+        policy.auth_off(answer),
+    )
 
 
 def _agent(value: str | None, environ: Mapping[str, str]) -> str | None:

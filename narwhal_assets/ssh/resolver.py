@@ -44,7 +44,7 @@ READING = "debug1: Reading configuration data "
 _INCLUDE = re.compile(rb"^[ \t]*include(?:[ \t]*=[ \t]*|[ \t]+)(.*?)[ \t\f\r]*$", re.IGNORECASE | re.MULTILINE)
 _MATCH = re.compile(rb"^[ \t]*match(?:[ \t]*=[ \t]*|[ \t]+)(.*?)[ \t\f\r]*$", re.IGNORECASE | re.MULTILINE)
 _VARIABLE = re.compile(rb"\$\{([^}]*)\}")
-_NOISE = ("debug", "Pseudo-terminal will not be allocated")
+_NOISE = ("debug", "OpenSSH_", "Pseudo-terminal will not be allocated")  # its -v log, version line, tty note
 
 
 def config_args(config: Path | None) -> list[str]:
@@ -78,7 +78,7 @@ class Query:
         return [*argv, "--", self.host]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: a cached answer is one object
 class Answer:
     """`ssh -G`'s answer: every option (lowercase name) with its values in OpenSSH's order."""
 
@@ -106,8 +106,10 @@ class OpenSshRefused(InputError):
     """OpenSSH refused the config (or did not answer in time); the message names the config file."""
 
 
-def ask(query: Query, timeout: float = RESOLVE_TIMEOUT) -> Answer:
-    """OpenSSH's answer for `query`, from the cache while the files it came from are unchanged."""
+def ask(query: Query, timeout: float | None = None) -> Answer:
+    """OpenSSH's answer for `query`, from the cache while the files it came from are unchanged; `ssh -G` is
+    given `timeout` seconds (default RESOLVE_TIMEOUT)."""
+    timeout = RESOLVE_TIMEOUT if timeout is None else timeout
     ssh = _ssh_binary()
     key = (query, ssh, LocalAccount.current())
     cached = _CACHE.get(key)
@@ -120,13 +122,20 @@ def ask(query: Query, timeout: float = RESOLVE_TIMEOUT) -> Answer:
     return answer
 
 
-def defaults(timeout: float = RESOLVE_TIMEOUT) -> Answer:
-    """OpenSSH's answer with no config at all: what "the config sets" is measured against."""
-    return ask(Query("narwhal-defaults.invalid", config=Path(os.devnull)), timeout)
+def defaults(timeout: float | None = None) -> Answer:
+    """OpenSSH's answer with no config at all (what "the config sets" is measured against), once per process
+    and version of `ssh`."""
+    ssh = _ssh_binary()
+    found = _DEFAULTS.get(ssh)
+    if found is None:
+        query = Query("narwhal-defaults.invalid", config=Path(os.devnull))
+        found = _DEFAULTS[ssh] = _run_ssh_g(query, ssh[0], RESOLVE_TIMEOUT if timeout is None else timeout)
+    return found
 
 
 def clear_cache() -> None:
     _CACHE.clear()
+    _DEFAULTS.clear()
 
 
 # --------------------------------------------------------------------------------------------- running ssh -G
@@ -150,7 +159,7 @@ def _run_ssh_g(query: Query, ssh: str, timeout: float) -> Answer:
     stderr = err.decode("utf-8", "replace")
     if proc.returncode != 0:
         said = [line for line in stderr.splitlines() if line.strip() and not line.startswith(_NOISE)]
-        shown = "; ".join(printable(line.replace(query.host, "<destination>"), 200) for line in said[:3])
+        shown = "; ".join(printable(line, 200) for line in said[:3])
         raise OpenSshRefused([f"{where}: OpenSSH refuses it: {shown or f'ssh -G exited {proc.returncode}'}"])
     files = tuple(dict.fromkeys(line[len(READING) :] for line in stderr.splitlines() if line.startswith(READING)))
     return Answer.parse(out.decode("utf-8", "surrogateescape"), files)
@@ -176,6 +185,7 @@ def _reaped(proc: subprocess.Popen[bytes]) -> Iterator[None]:
 
 
 _WHICH: dict[str, str | None] = {}
+_DEFAULTS: dict[tuple[str, tuple[int, int, int]], Answer] = {}
 
 
 def _ssh_binary() -> tuple[str, tuple[int, int, int]]:
@@ -314,6 +324,8 @@ def _include_patterns(lines: tuple[str, ...], user: bool) -> Iterator[str]:
 
 
 def _matches(pattern: str) -> tuple[str, ...]:
+    if not glob.has_magic(pattern):
+        return (pattern,) if os.path.lexists(pattern) else ()
     return tuple(sorted(glob.glob(pattern)))
 
 
