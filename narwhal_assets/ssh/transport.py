@@ -495,6 +495,7 @@ class Connector:
         accepted = endpoint.algorithms.names("pubkeyacceptedalgorithms")
         rejected = identities.rejected_signatures(accepted) if accepted is not None else []
         transport = paramiko.Transport(sock, disabled_algorithms={"pubkeys": rejected})
+        began = time.monotonic()
         try:
             transport.banner_timeout = timeout
             transport.handshake_timeout = timeout
@@ -506,8 +507,11 @@ class Connector:
             key = transport.get_remote_server_key()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             transport.close()
-            raise SshFailure(f"{where}: SSH handshake failed: {_describe(exc, timeout)}{_proxy_said(sock, route)}") \
-                from None
+            # paramiko reports the banner or key exchange timing out in several ways ("Error reading SSH
+            # protocol banner", "No existing session"): the clock says which bound it was
+            late = time.monotonic() - began >= timeout
+            cause = f"did not finish within {timeout:.0f} s (connect timeout)" if late else f"failed: {_describe(exc)}"
+            raise SshFailure(f"{where}: SSH handshake {cause}{_proxy_said(sock, route)}") from None
         return transport, HostKey(key.get_name(), key.get_base64())
 
     def _open(
