@@ -457,6 +457,9 @@ class Connector:
         except InputError as exc:
             raise InputError([f"{who}: {p}" for p in exc.problems]) from None
         endpoint.refuse(who)
+        for hop in endpoint.hops():
+            _check_method(hop, "publickey", f"{who} (ProxyJump hop {hop.destination})")
+        _check_method(endpoint, "password" if access.password is not None else "publickey", who)
         return endpoint
 
     def _reach(self, access: HostAccess, endpoint: Endpoint, route: Route) -> socket.socket | paramiko.Channel:
@@ -587,7 +590,6 @@ def _preferred(option: str, names: tuple[str, ...], known: set[str]) -> tuple[st
 
 def _authenticate(transport: paramiko.Transport, endpoint: Endpoint, password: str | None, where: str) -> None:
     method = "password" if password is not None else "publickey"
-    _check_method(endpoint, method, where)
     shown = "password" if password is not None else "key/agent"
     try:
         if password is not None:

@@ -173,7 +173,7 @@ def discovered(
 def test_the_routes_are_the_only_way_in(fleet: SimFleet) -> None:
     for name in ("pc", "hopbox", "jt"):
         with pytest.raises(OSError):
-            socket.create_connection((fleet.host(name).address, 22), timeout=2).close()
+            socket.create_connection((fleet.host(name).address, 22), timeout=1).close()
 
 
 def test_discover_install_status_and_shell_over_every_route(

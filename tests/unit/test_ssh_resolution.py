@@ -1,6 +1,6 @@
 """How destinations resolve through `ssh -G`: the cache follows every file an answer came from, a `Match exec`
 config is asked every time, a hanging `ssh -G` is stopped at its deadline, refusals name option and file;
-`deploy-hosts resolve` prints what the issue specifies; `tunnel` refuses a local port given twice."""
+`deploy-hosts resolve` prints what the issue specifies."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets.cli import interactive
-from narwhal_assets.cli.main import build_parser, main
+from narwhal_assets.cli.main import main
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.ssh import resolver
 from narwhal_assets.ssh.destination import resolve_endpoint
@@ -186,26 +185,3 @@ def test_resolve_defaults_to_the_checkout_config(tmp_path: Path, capsys: pytest.
     capsys.readouterr()
     assert main(["--root", str(root), "resolve", "--json", "gpu1"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["hostname"] == "10.9.0.1"
-
-
-def tunnel_args(root: Path, *forwards: str) -> object:
-    return build_parser().parse_args(["--root", str(root), "tunnel", *(f"--forward={f}" for f in forwards)])
-
-
-def test_tunnel_defaults_to_the_router_and_refuses_a_local_port_given_twice(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    root = tmp_path / "checkout"
-    root.mkdir()
-    (root / ".env").write_text("NARWHAL_ROUTER_SSH=u@[127.0.0.3]:2203\nNARWHAL_NODE_1_SSH=u@[127.0.0.4]:2204\n")
-    args = tunnel_args(root, "18000:8000", "19090:9090")
-    command = interactive.build(args)  # type: ignore[arg-type]
-    assert args.role == "router"  # type: ignore[attr-defined]
-    argv = command.argv
-    assert argv[argv.index("-p") + 1] == "2203" and argv[-1] == "127.0.0.3"
-    assert [argv[i + 1] for i, a in enumerate(argv) if a == "-L"] == ["127.0.0.1:18000:127.0.0.1:8000",
-                                                                      "127.0.0.1:19090:127.0.0.1:9090"]  # fmt: skip
-    capsys.readouterr()
-    rc = main(["--root", str(root), "tunnel", "--forward", "18000:8000", "--forward", "18000:9090"])
-    assert rc == 2
-    assert "--forward: local port 18000 given more than once" in capsys.readouterr().err

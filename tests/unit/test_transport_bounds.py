@@ -234,3 +234,22 @@ def test_connect_timeout_in_the_config_is_bounded_by_ours(tmp_path: Path) -> Non
         longer = through(tmp_path, port, "ConnectTimeout 600")  # ours (2 s) wins
         with pytest.raises(SshFailure, match="SSH handshake did not finish within 2 s"):
             longer.connect(SRV)
+
+
+@pytest.mark.parametrize(("option", "password"), [("PubkeyAuthentication no", None),
+                                                  ("PasswordAuthentication no", "pw"),
+                                                  ("PreferredAuthentications keyboard-interactive,publickey", "pw")])
+def test_a_config_that_turns_off_the_hosts_one_method_refuses_it_before_connecting(
+    tmp_path: Path, option: str, password: str | None
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # nothing may connect: refused first
+        connector = through(tmp_path, silent.getsockname()[1], option)
+        silent.settimeout(0.1)
+        with pytest.raises(InputError) as refused:
+            connector.connect(HostAccess("node-1", "NARWHAL_NODE_1_SSH", "u@srv", password=password))
+        with pytest.raises(TimeoutError):
+            silent.accept()
+    method = "password" if password else "publickey"
+    assert str(refused.value).startswith(f"host node-1 (NARWHAL_NODE_1_SSH): {option.split()[0]} ")
+    assert str(refused.value).endswith(f"(ssh config {tmp_path}/ssh_config): turns off {method} authentication, "
+                                       "the only method these connections can use for this host")
