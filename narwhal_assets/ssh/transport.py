@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import shlex
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -514,7 +516,7 @@ class Connector:
             # protocol banner", "No existing session"): the clock says which bound it was
             late = time.monotonic() - began >= timeout
             cause = f"did not finish within {timeout:.0f} s (connect timeout)" if late else f"failed: {_describe(exc)}"
-            raise SshFailure(f"{where}: SSH handshake {cause}{_proxy_said(sock, route)}") from None
+            raise SshFailure(f"{where}: SSH handshake {cause}{_proxy_said(sock, route, access)}") from None
         return transport, HostKey(key.get_name(), key.get_base64())
 
     def _open(
@@ -552,14 +554,17 @@ class Connector:
             ) from None
 
 
-def _proxy_said(sock: socket.socket | paramiko.Channel, route: Route) -> str:
-    """When the stream was a ProxyCommand's: its exit status and last line on standard error."""
+def _proxy_said(sock: socket.socket | paramiko.Channel, route: Route, access: HostAccess) -> str:
+    """When the stream was a ProxyCommand's: its exit status and last line on standard error, with the
+    destination's value (which a ProxyCommand may print, as `%n`) replaced: messages never carry one."""
     proxy = next((part for part in route if isinstance(part, ProxyCommand) and part.sock is sock), None)
     if proxy is None:
         return ""
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proxy.process.wait(PROXY_EXIT_WAIT_S)
-    return f"; {proxy.describe()}"
+    host = access.destination.rpartition("@")[2]
+    values = "|".join(re.escape(v) for v in sorted({access.destination, host} - {""}, key=len, reverse=True))
+    return "; " + re.sub(rf"(?<![\w.-])(?:{values})(?![\w.-])", f"<{access.destination_env}>", proxy.describe())
 
 
 def _apply_algorithms(transport: paramiko.Transport, endpoint: Endpoint, known: set[str]) -> None:

@@ -175,12 +175,12 @@ def test_a_proxycommand_that_exits_at_once_fails_with_its_status_and_stderr(
     tmp_path: Path, server: tuple[int, list[float]]
 ) -> None:
     port, _ = server
-    connector = through(tmp_path, port, "ProxyCommand sh -c 'echo no route to %h >&2; exit 3'")
+    connector = through(tmp_path, port, "ProxyCommand sh -c 'echo no route to %h for %n >&2; exit 3'")
     with pytest.raises(SshFailure) as failure:
         connector.connect(SRV)
     message = str(failure.value)
     assert message.startswith(f"host node-1 (127.0.0.1:{port}): SSH handshake failed: ")
-    assert message.endswith("; ProxyCommand exited 3: no route to 127.0.0.1")
+    assert message.endswith("; ProxyCommand exited 3: no route to 127.0.0.1 for <NARWHAL_NODE_1_SSH>")
     assert not (tmp_path / "known_hosts").exists()
 
 
