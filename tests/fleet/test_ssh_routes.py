@@ -78,9 +78,16 @@ class Relay:
 
 
 @pytest.fixture(scope="module")
-def fleet(sim_fleet_factory: Callable[..., SimFleet], tmp_path_factory: pytest.TempPathFactory) -> SimFleet:
+def user_ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test CA's private key (its `.pub` beside it): the certificate host trusts it."""
     ca = tmp_path_factory.mktemp("ca") / "user_ca"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ca)], check=True)
+    return ca
+
+
+@pytest.fixture(scope="module")
+def fleet(sim_fleet_factory: Callable[..., SimFleet], user_ca: Path) -> SimFleet:
+    ca = user_ca
     fleet = sim_fleet_factory()
     fleet.add_host("bast")
     fleet.add_host("pc", via="bast")
@@ -90,7 +97,6 @@ def fleet(sim_fleet_factory: Callable[..., SimFleet], tmp_path_factory: pytest.T
     fleet.add_host("ka")
     fleet.start()
     fleet.write_model(MODEL, WEIGHTS, MODEL_CONFIG)
-    fleet.user_ca = ca  # type: ignore[attr-defined]
     return fleet
 
 
@@ -103,7 +109,9 @@ def relays(fleet: SimFleet) -> Iterator[dict[str, Relay]]:
 
 
 @pytest.fixture(scope="module")
-def routes(fleet: SimFleet, relays: dict[str, Relay], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def routes(
+    fleet: SimFleet, relays: dict[str, Relay], user_ca: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The operator's ssh config: one alias per route, and (Host *) the operator's own known-hosts file for
     plain `ssh`, which the plain-OpenSSH test fills from the checkout store."""
     home = tmp_path_factory.mktemp("operator")
@@ -113,8 +121,8 @@ def routes(fleet: SimFleet, relays: dict[str, Relay], tmp_path_factory: pytest.T
     certificate = home / "certs" / "user.pub"
     certificate.parent.mkdir()
     shutil.copy(key.with_suffix(".pub"), certificate)
-    subprocess.run(["ssh-keygen", "-q", "-s", str(fleet.user_ca), "-I", "narwhal-test",  # type: ignore[attr-defined]
-                    "-n", fleet.host("cert").user, str(certificate)], check=True)  # fmt: skip
+    subprocess.run(["ssh-keygen", "-q", "-s", str(user_ca), "-I", "narwhal-test", "-n", fleet.host("cert").user,
+                    str(certificate)], check=True)  # fmt: skip
     via_bast = (f"ssh -F {config} -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile="
                 f"{home}/bastion_known_hosts -o GlobalKnownHostsFile=/dev/null -W %h:%p bast-node")  # fmt: skip
     blocks = {
