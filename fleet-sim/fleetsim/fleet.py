@@ -34,6 +34,7 @@ MODEL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ENGINE_ROLE_RE = re.compile(r"engine-([1-9][0-9]*)")
 HOST_KEY_TYPES = ("ed25519", "ecdsa")
 SSH_PORT = 22
+TRUSTED_USER_CA = "trusted_user_ca.pub"
 INIT_SCRIPT = Path(__file__).with_name("host-init.sh")
 _ENV_PLAIN = re.compile(r"[A-Za-z0-9_./:@%+=,-]*")
 
@@ -58,6 +59,7 @@ class SimHost:
     hostdir: Path
     authorize_client_key: bool
     links: HostLinks = field(repr=False)
+    trusted_user_ca: str | None = None  # a CA public key line: sshd accepts user certificates it signed
 
     @property
     def alias(self) -> str:
@@ -154,12 +156,14 @@ class SimFleet:
         rdma: bool = False,
         via: str | None = None,
         authorize_client_key: bool | None = None,
+        trusted_user_ca: str | None = None,
     ) -> SimHost:
         """Describe a host; it comes up with `start()` (or at once if the fleet is already running).
 
         A password host gets `PasswordAuthentication yes` and, unless `authorize_client_key=True`, no
         authorised key, so a test cannot pass by key when it meant to use the password. A `via` host
-        has no link to the root namespace: only its bastion can reach it (ProxyJump).
+        has no link to the root namespace: only its bastion can reach it (ProxyJump). `trusted_user_ca`
+        (a public key line) makes sshd accept user certificates that CA signed (`TrustedUserCAKeys`).
         """
         with self._lock:
             self._check_new_host(name, via, image_id)
@@ -183,6 +187,7 @@ class SimFleet:
                 hostdir=self.workdir / "hosts" / name,
                 authorize_client_key=password is None if authorize_client_key is None else authorize_client_key,
                 links=links,
+                trusted_user_ca=trusted_user_ca,
             )
             self.hosts[name] = host
             if self._started:
@@ -484,6 +489,8 @@ def _write_host_files(host: SimHost) -> None:
     hardware.write_tools(host.hostdir / "bin", host.gpus, images)
     if host.rdma:
         hardware.write_infiniband(host.hostdir / "infiniband")
+    if host.trusted_user_ca is not None:
+        (host.keys_dir / TRUSTED_USER_CA).write_text(host.trusted_user_ca.strip() + "\n", encoding="ascii")
     config = host.keys_dir / "sshd_config"
     config.write_text(_sshd_config(host), encoding="utf-8")
     config.chmod(0o600)
@@ -516,6 +523,8 @@ def _sshd_config(host: SimHost) -> str:
         "LogLevel VERBOSE",
         "Subsystem sftp internal-sftp",
     ]
+    if host.trusted_user_ca is not None:
+        lines.append(f"TrustedUserCAKeys {_ssh_quote(str(host.keys_dir / TRUSTED_USER_CA))}")
     return "\n".join(lines) + "\n"
 
 

@@ -73,7 +73,7 @@ def trust(args: argparse.Namespace) -> int:
     access = host_access(checkout.settings, entry)
     connector = make_connector(checkout.settings, TrustMode.STRICT, connect_timeout=args.timeout)
     endpoint, presented = connector.presented_key(access)
-    connector.store.replace(entry.id, endpoint.host, endpoint.port, presented, args.fingerprint)
+    connector.store.replace(entry.id, *endpoint.known_host, presented, args.fingerprint)
     with connector.connect(access) as connection:
         print(f"trusted {entry.id} ({endpoint.address}) key {connection.fingerprint} in {connector.store.path}")
     return 0

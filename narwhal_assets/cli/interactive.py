@@ -36,6 +36,17 @@ def parse_forward(text: str) -> tuple[int, str, int]:
     return ports[0], host, ports[1]
 
 
+def parse_forwards(texts: list[str]) -> list[tuple[int, str, int]]:
+    """Every `--forward`, each local port at most once (OpenSSH would serve only one of them)."""
+    forwards = [parse_forward(text) for text in texts]
+    locals_ = [local for local, _, _ in forwards]
+    repeated = sorted({port for port in locals_ if locals_.count(port) > 1})
+    if repeated:
+        raise InputError([f"--forward: local port {', '.join(map(str, repeated))} given more than once; "
+                          "select a distinct local port for each forward"])  # fmt: skip
+    return forwards
+
+
 def role_shell_command(remote_dir: str, role: Role, command: str | None, host_id: str) -> str:
     """The remote command of a role shell: enter the deployed checkout, load only this role's file with
     tracing off, activate `.venv`, then an interactive bash (or `command`) without profile or rc files.
@@ -70,6 +81,7 @@ def build(args: argparse.Namespace) -> OpenSshCommand:
     from narwhal_assets.ssh.openssh import openssh_command
     from narwhal_assets.workflows.install import open_prepared_run
 
+    forwards = parse_forwards(getattr(args, "forward", None) or [])
     checkout = Checkout.open(args.root)
     entry = checkout.inventory.host_for_role(args.role)
     remote_command, command = None, getattr(args, "run_command", None)  # `args.command` is the subcommand
@@ -84,14 +96,12 @@ def build(args: argparse.Namespace) -> OpenSshCommand:
         raise InputError(["--command needs --run or --current: it runs in the role environment of a deployment"])
     access = host_access(checkout.settings, entry)
     endpoint = resolve_endpoint(access.destination, checkout.settings.ssh_config_path)
-    forward = parse_forward(args.forward) if getattr(args, "forward", None) else None
     return openssh_command(
         endpoint,
         checkout.settings.known_hosts_path,
-        checkout.settings.ssh_config_path,
         password=access.password,
         remote_command=remote_command,
-        forward=forward,
+        forwards=forwards,
         tty=command is None,
     )
 
@@ -124,9 +134,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     sh.add_argument("--command", dest="run_command", metavar="CMD", help="with --run or --current: run CMD in "
                     "that environment without a TTY instead of an interactive bash")  # fmt: skip
     sh.set_defaults(func=shell)
-    tn = sub.add_parser("tunnel", help="forward a local port to the host owning --role")
-    tn.add_argument("--role", required=True, metavar="ROLE", help="router or engine-<n>: the host owning it")
-    tn.add_argument("--forward", required=True, metavar="LOCAL:[HOST:]REMOTE",
+    tn = sub.add_parser("tunnel", help="forward local ports to the host owning --role")
+    tn.add_argument("--role", default="router", metavar="ROLE",
+                    help="router (the default) or engine-<n>: the host owning it")  # fmt: skip
+    tn.add_argument("--forward", required=True, action="append", metavar="LOCAL:[HOST:]REMOTE",
                     help="listen on 127.0.0.1:LOCAL, connect to HOST:REMOTE as seen from that host "
-                    "(HOST defaults to its loopback)")  # fmt: skip
+                    "(HOST defaults to its loopback); repeat for more ports, each LOCAL once")  # fmt: skip
     tn.set_defaults(func=tunnel)

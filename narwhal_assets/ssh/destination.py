@@ -1,187 +1,241 @@
-"""Resolve a destination value (`alias`, `host`, `user@host`) through the operator's OpenSSH config.
+"""Resolve a destination value (`alias`, `host`, `user@host`, `user@[host]:port`, `ssh://user@host:port`)
+through the operator's OpenSSH config: the answer is OpenSSH's own.
 
-Only the options that decide where and as whom we connect are honoured: HostName, User, Port,
-IdentityFile, IdentitiesOnly and ProxyJump (chained). Host-key options in the config are deliberately
-ignored: trust always comes from the checkout-local store.
+`ssh -G` (resolver.py) evaluates the config; this module turns its answer into an `Endpoint`: it expands what
+OpenSSH expands only when connecting (IdentityFile, CertificateFile, ProxyCommand, a ProxyJump's parts:
+tokens.py), resolves each ProxyJump hop the way ssh launches the hop (`ssh [-l user] [-p port] [-J the hops
+before it] hop`, so the hop's own config applies, ProxyCommand included), and records what the paramiko
+transport does with every other option (policy.py): host-key options are overridden by the checkout store,
+options not used are listed, options it cannot reproduce refuse the host.
 """
 
 from __future__ import annotations
 
 import functools
-import getpass
-import glob
 import os
-import re
-import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import paramiko
-
+from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.ssh.trust import format_address
+from narwhal_assets.ssh import identities, policy, resolver
+from narwhal_assets.ssh.policy import Algorithms, NotApplied, Refusal
+from narwhal_assets.ssh.resolver import Answer, Query, config_label
+from narwhal_assets.ssh.tokens import Connection, ExpansionError, LocalAccount, expand_file, expand_proxy
+from narwhal_assets.ssh.trust import format_address, host_pattern
 
-DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 MAX_JUMPS = 8
-MAX_INCLUDE_DEPTH = 16
-INCLUDE_RE = re.compile(r"^[ \t]*Include[ \t]+(.+?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+NOT_A_DESTINATION = "destination: not an SSH destination ([user@]host, alias, user@[host]:port or ssh://...)"
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where one SSH hop goes; `jumps` are the ProxyJump hops to cross first, outermost first."""
+    """Where one SSH hop goes and how: OpenSSH's answer for it, expanded. `via` is the ProxyJump hop the
+    connection goes through (itself resolved with the hops before it), or None."""
 
-    alias: str
-    host: str
+    destination: str  # as given (a hop: as the ProxyJump names it)
+    alias: str  # the host OpenSSH is given (`%n`)
+    host: str  # HostName, as OpenSSH resolved it
     port: int
     user: str
-    identity_files: tuple[str, ...]
-    identities_only: bool
-    jumps: tuple[Endpoint, ...] = ()
+    identity_files: tuple[str, ...] = ()
+    certificate_files: tuple[str, ...] = ()
+    identities_only: bool = False
+    identity_agent: str | None = None  # the agent's socket, None for no agent
+    host_key_alias: str | None = None
+    proxy_command: str | None = None
+    via: Endpoint | None = None
+    connect_timeout: int | None = None
+    address_family: str = "any"
+    bind_address: str | None = None
+    algorithms: Algorithms = field(default_factory=Algorithms)
+    auth_methods: tuple[str, ...] = ("publickey", "password")
+    auth_off: dict[str, tuple[str, str]] = field(default_factory=dict, compare=False)  # method -> (option, value)
+    compression: bool = False
+    tcp_keepalive: bool = True
+    not_applied: tuple[NotApplied, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
+    config: Path | None = field(default=None, compare=False)
+    query: Query | None = field(default=None, compare=False)  # the arguments OpenSSH was given for it
 
     @property
     def address(self) -> str:
         return format_address(self.host, self.port)
 
+    @property
+    def known_host(self) -> tuple[str, int]:
+        """The (name, port) OpenSSH looks the host key up and records it under: the HostKeyAlias alone
+        (whatever the port, as OpenSSH does), else the host name and port."""
+        return (self.host_key_alias, 22) if self.host_key_alias else (self.host, self.port)
+
+    @property
+    def known_hosts_names(self) -> tuple[str, ...]:
+        return (host_pattern(*self.known_host),)
+
     def hops(self) -> list[Endpoint]:
-        """The ProxyJump hops in connection order, each hop's own jumps first (as OpenSSH chains them)."""
-        order: list[Endpoint] = []
-        for jump in self.jumps:
-            order += [*jump.hops(), jump]
-        return order
+        """The ProxyJump hops in connection order (outermost first), each hop's own hops before it."""
+        return [*self.via.hops(), self.via] if self.via is not None else []
+
+    def refusal(self) -> str | None:
+        """Why the paramiko transport cannot connect to this endpoint or a hop of it (the first reason)."""
+        for endpoint in [*self.hops(), self]:
+            if endpoint.refusals:
+                refusal = endpoint.refusals[0]
+                hop = f"ProxyJump hop {endpoint.destination}: " if endpoint is not self else ""
+                return (f"{hop}{refusal.option} {printable(refusal.value, 120)} ({config_label(endpoint.config)}): "
+                        f"{refusal.reason}")  # fmt: skip
+        return None
+
+    def refuse(self, who: str) -> None:
+        """Raise the refusal, if any, for `who` (the host id and its variable)."""
+        refusal = self.refusal()
+        if refusal is not None:
+            raise InputError([f"{who}: {refusal}"])
 
 
-def resolve_endpoint(destination: str, ssh_config: Path | None, *, depth: int = 0) -> Endpoint:
-    """Turn a destination into an Endpoint, following ProxyJump in the config."""
-    if depth > MAX_JUMPS:
-        raise InputError([f"ssh config {ssh_config}: ProxyJump chain longer than {MAX_JUMPS} hops"])
-    user, _, alias = destination.rpartition("@")
-    port_override: int | None = None
-    if alias.startswith("[") and "]:" in alias:
-        alias, port_text = alias[1:].split("]:", 1)
-        port_override = _port(port_text)
-    if not alias or any(ch.isspace() for ch in destination) or alias.startswith("-"):
-        raise InputError(["destination: not an SSH destination ([user@]host or alias)"])
-    options = _config(ssh_config).lookup(alias)
-    port = port_override or _port(str(options.get("port", "22")))
-    jumps: tuple[Endpoint, ...] = ()
-    proxy = options.get("proxyjump")
-    if proxy and proxy.lower() != "none":
-        jumps = tuple(resolve_endpoint(hop, ssh_config, depth=depth + 1) for hop in proxy.split(","))
+def parse_destination(text: str) -> tuple[str | None, str, int | None]:
+    """(user, host, port) of a destination; nothing about its value reaches the message."""
+    if not text or any(ch.isspace() or not ch.isprintable() for ch in text):
+        raise InputError([NOT_A_DESTINATION])
+    uri = text.startswith("ssh://")
+    rest = text[len("ssh://") :].removesuffix("/") if uri else text
+    user, at, hostport = rest.rpartition("@")
+    host, port = _host_port(hostport, allow_plain_port=uri)
+    if (at and not user) or not host or host.startswith("-") or "/" in host:
+        raise InputError([NOT_A_DESTINATION])
+    return (user or None), host, port
+
+
+def resolve_endpoint(destination: str, ssh_config: Path | None) -> Endpoint:
+    """What OpenSSH connects to for `destination`, with the `user@` and port given passed as `-l` and `-p`."""
+    user, host, port = parse_destination(destination)
+    return _resolve(Query(host, user, port, None, ssh_config), destination, LocalAccount.current(), os.environ, 0)
+
+
+def _resolve(query: Query, shown: str, local: LocalAccount, environ: Mapping[str, str], depth: int) -> Endpoint:
+    where = config_label(query.config)
+    answer = resolver.ask(query)
+    hostname, user = answer.one("hostname") or query.host, answer.one("user") or local.user
+    port = _port_of(answer, where)
+    key_alias = answer.one("hostkeyalias")
+    connection = Connection(hostname, port, user, query.host, key_alias if key_alias != "none" else None)
+
+    def expanded(option: str, value: str, *, proxy: bool = False) -> str:
+        try:
+            return expand_proxy(value, connection, local) if proxy else expand_file(value, connection, local, environ)
+        except ExpansionError as exc:
+            raise InputError([f"{where}: {option} {printable(value, 120)}: OpenSSH refuses it: {exc}"]) from None
+
+    via, proxy_command = None, None
+    jump, command = answer.one("proxyjump"), answer.one("proxycommand")
+    if jump is not None and jump.lower() != "none":
+        if depth >= MAX_JUMPS:
+            raise InputError([f"{where}: ProxyJump chain longer than {MAX_JUMPS} hops"])
+        extra, _, last = expanded("ProxyJump", jump, proxy=True).rpartition(",")
+        jump_user, jump_host, jump_port = _jump_target(last, where)
+        if (jump_host, jump_port or 22, jump_user or user) == (hostname, port, user):
+            raise InputError([f"{where}: ProxyJump {printable(jump, 120)}: OpenSSH refuses it: jumphost loop"])
+        hop = Query(jump_host, jump_user, jump_port, extra or None, query.config)
+        via = _resolve(hop, last, local, environ, depth + 1)
+    elif command is not None and command.lower() != "none":
+        proxy_command = expanded("ProxyCommand", command, proxy=True)
+    identity_files = tuple(expanded("IdentityFile", value) for value in answer.all("identityfile"))
+    rules = _rules(answer, resolver.defaults())
     return Endpoint(
-        alias=alias,
-        host=options.get("hostname", alias),
+        destination=shown,
+        alias=query.host,
+        host=hostname,
         port=port,
-        user=user or options.get("user") or getpass.getuser(),
-        identity_files=tuple(os.path.expanduser(p) for p in options.get("identityfile", [])),
-        identities_only=str(options.get("identitiesonly", "no")).lower() == "yes",
-        jumps=jumps,
+        user=user,
+        identity_files=identity_files,
+        certificate_files=tuple(expanded("CertificateFile", value) for value in answer.all("certificatefile")),
+        identities_only=answer.one("identitiesonly") == "yes",
+        identity_agent=_agent(answer.one("identityagent"), environ),
+        host_key_alias=connection.host_key_alias,
+        proxy_command=proxy_command,
+        via=via,
+        connect_timeout=_connect_timeout(answer),
+        address_family=answer.one("addressfamily") or "any",
+        bind_address=answer.one("bindaddress"),
+        algorithms=rules.algorithms,
+        auth_methods=rules.auth_methods,
+        auth_off=rules.auth_off,
+        compression=answer.one("compression") == "yes",
+        tcp_keepalive=answer.one("tcpkeepalive") != "no",
+        not_applied=rules.not_applied,
+        refusals=(*rules.refusals, *identities.refusals(identity_files)),
+        config=query.config,
+        query=query,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """What policy.py makes of one answer (the same for every resolve that answer serves)."""
+
+    refusals: tuple[Refusal, ...]
+    not_applied: tuple[NotApplied, ...]
+    algorithms: Algorithms
+    auth_methods: tuple[str, ...]
+    auth_off: dict[str, tuple[str, str]]
+
+
+@functools.lru_cache(maxsize=4096)
+def _rules(answer: Answer, defaults: Answer) -> _Rules:
+    return _Rules(
+        tuple(policy.refusals(answer)),
+        policy.not_applied(answer, defaults),
+        policy.algorithms(answer, defaults),
+        policy.auth_methods(answer),
+        policy.auth_off(answer),
     )
 
 
-def identity_candidates(endpoint: Endpoint) -> list[Path]:
-    """Key files to try, as OpenSSH would: configured ones, then the defaults unless IdentitiesOnly."""
-    files = list(endpoint.identity_files)
-    if not endpoint.identities_only:
-        files += [os.path.expanduser(p) for p in DEFAULT_IDENTITIES]
-    seen: list[Path] = []
-    for name in files:
-        path = Path(name)
-        if path.is_file() and path not in seen:
-            seen.append(path)
-    return seen
-
-
-class _ParsedConfig:
-    """One config text, parsed once, with the options found for each alias kept.
-
-    A fleet command resolves every host's destination several times (access, connect, the install's
-    destination check), and the config lists the whole fleet: parsing it for every resolve cost 3.4 ms per
-    resolve at 32 hosts (`benchmarks/bench_ssh_config.py`). A lookup scanning every block made the first
-    resolve of each alias linear in the fleet too (57 ms at 1,024 hosts), so the `Host` blocks whose
-    patterns are all plain names are indexed by name: an alias is looked up, by paramiko and with its rules,
-    over the blocks naming it plus every block with a wildcard, a negation, a `[` or a `Match`, in file
-    order. Those are the only blocks that can apply, so the options are the same (a config with
-    `CanonicalizeHostname`, whose second pass looks up another name, is always looked up whole). The file is
-    still read on every resolve, so an edited config takes effect at once (a `Match exec` in it runs once
-    per alias and text in a process).
-    """
-
-    def __init__(self, text: str):
-        self._config = paramiko.SSHConfig.from_text(text)
-        self._found: dict[str, paramiko.SSHConfigDict] = {}
-        # paramiko keeps the blocks, in file order, as {"host": [patterns] | "matches": [...], "config": {}}.
-        self._blocks: list[dict[str, Any]] = self._config._config
-        self._whole = any("canonicalizehostname" in block["config"] for block in self._blocks)
-        self._named: dict[str, list[int]] = {}
-        self._always: list[int] = []
-        for index, block in enumerate(self._blocks):
-            names = _plain_names(block)
-            if names is None:
-                self._always.append(index)
-            for name in names or ():
-                self._named.setdefault(name, []).append(index)
-
-    def lookup(self, alias: str) -> paramiko.SSHConfigDict:
-        found = self._found.get(alias)
-        if found is None:
-            found = self._found[alias] = self._candidates(alias).lookup(alias)
-        return found
-
-    def _candidates(self, alias: str) -> paramiko.SSHConfig:
-        """The blocks that can apply to `alias`, in file order, as a config of their own (or the whole one)."""
-        if self._whole:
-            return self._config
-        candidates = paramiko.SSHConfig()
-        candidates._config = [self._blocks[i] for i in sorted([*self._named.get(alias, ()), *self._always])]
-        return candidates
-
-
-def _plain_names(block: dict[str, Any]) -> list[str] | None:
-    """A `Host` block's patterns when paramiko can match each only by equality (fnmatch: no `*?[`), else None."""
-    patterns = block.get("host")
-    if "matches" in block or not patterns or any(set(p) & set("*?[!") for p in patterns):
+def _agent(value: str | None, environ: Mapping[str, str]) -> str | None:
+    """The agent socket OpenSSH uses: IdentityAgent's path, `none`, `SSH_AUTH_SOCK` or `$NAME` (a variable
+    holding the path; unset means no agent), else SSH_AUTH_SOCK."""
+    if value is None or value == "SSH_AUTH_SOCK":
+        return environ.get("SSH_AUTH_SOCK") or None
+    if value == "none":
         return None
-    return list(dict.fromkeys(patterns))
+    if value.startswith("$") and not value.startswith("${"):
+        return environ.get(value[1:]) or None
+    return value
 
 
-@functools.lru_cache(maxsize=4)
-def _parsed(text: str) -> _ParsedConfig:
-    return _ParsedConfig(text)
+def _port_of(answer: Answer, where: str) -> int:
+    text = answer.one("port") or "22"
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise InputError([f"{where}: OpenSSH answered port {printable(text, 20)}"])
+    return int(text)
 
 
-def _config(path: Path | None) -> _ParsedConfig:
-    if path is None:
-        return _parsed("")
+def _connect_timeout(answer: Answer) -> int | None:
+    text = answer.one("connecttimeout") or "none"
+    return int(text) if text.isdigit() else None
+
+
+def _jump_target(text: str, where: str) -> tuple[str | None, str, int | None]:
+    """The last ProxyJump hop as `ssh -G` prints it: `[user@]host[:port]`, an IPv6 host in brackets."""
+    user, _, hostport = text.rpartition("@")
     try:
-        return _parsed(_expand_includes(path, depth=0))
-    except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
-        raise InputError([f"ssh config {path}: cannot parse ({type(exc).__name__})"]) from None
+        host, port = _host_port(hostport, allow_plain_port=True)
+    except InputError:
+        raise InputError([f"{where}: ProxyJump hop {printable(text, 120)} is not [user@]host[:port]"]) from None
+    return (user or None), host, port
 
 
-def _expand_includes(path: Path, depth: int) -> str:
-    """The config text with `Include` directives inlined (paramiko ignores them; OpenSSH follows them).
-
-    Relative patterns resolve against ~/.ssh as OpenSSH does for user configs; globs expand sorted.
-    """
-    if depth > MAX_INCLUDE_DEPTH:
-        raise InputError([f"ssh config {path}: Include nested deeper than {MAX_INCLUDE_DEPTH}"])
-    text = path.read_text(encoding="utf-8")
-    if "include" not in text.lower():  # a scan at C speed; the regex below tries every position
-        return text + "\n"
-    pieces, done = [], 0
-    for match in INCLUDE_RE.finditer(text):
-        pieces.append(text[done : match.start()])
-        done = match.end()
-        for pattern in shlex.split(match.group(1)):
-            pattern = os.path.expanduser(pattern)
-            if not os.path.isabs(pattern):
-                pattern = os.path.join(os.path.expanduser("~/.ssh"), pattern)
-            for included in sorted(glob.glob(pattern)):
-                pieces.append(_expand_includes(Path(included), depth + 1))
-    pieces.append(text[done:])
-    return "".join(pieces) + "\n"
+def _host_port(text: str, *, allow_plain_port: bool) -> tuple[str, int | None]:
+    if text.startswith("["):
+        host, close, rest = text[1:].partition("]")
+        if not close or (rest and not rest.startswith(":")):
+            raise InputError([NOT_A_DESTINATION])
+        return host, (_port(rest[1:]) if rest else None)
+    if allow_plain_port and text.count(":") == 1:
+        host, _, port = text.partition(":")
+        return host, _port(port)
+    return text, None
 
 
 def _port(text: str) -> int:

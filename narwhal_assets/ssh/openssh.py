@@ -1,7 +1,11 @@
 """Interactive sessions (`shell`, `tunnel`) exec OpenSSH with strict checking against the checkout store.
 
-ProxyJump hops are spelled out as nested ProxyCommands, because OpenSSH does not pass command-line
-options to jump hosts: every hop is then checked against the same store, never ~/.ssh/known_hosts.
+OpenSSH gets what the resolution gave it (`-F` with the operator's config, `-l`/`-p` when the destination
+named them, and the alias), so it resolves the same answer itself: host name, user, port, keys,
+certificates, agent, HostKeyAlias, ProxyCommand, algorithms. The one thing spelled out is a ProxyJump route,
+because OpenSSH passes no command-line option to the ssh it starts for a hop: each hop becomes the command
+OpenSSH itself would run for it (`ssh [-l user] [-p port] -W '[%h]:%p' hop`, the hops before it nested the
+same way) plus the trust options, so every hop is checked against the same store, never ~/.ssh/known_hosts.
 A password reaches `sshpass -d FD` through a pipe, never argv or the environment. It is written into the
 pipe before exec, so its size is bounded below one page (the smallest pipe capacity): the write can
 never block, whatever the size, and a longer value is refused (OpenSSH itself reads at most 1023 bytes).
@@ -11,12 +15,14 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.limits import maximum
 from narwhal_assets.ssh.destination import Endpoint
+from narwhal_assets.ssh.resolver import Query, config_args
 
 SSH = "ssh"
 SSHPASS = "sshpass"
@@ -33,22 +39,24 @@ def trust_options(known_hosts: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _hop_argv(endpoint: Endpoint, known_hosts: Path, ssh_config: Path | None) -> list[str]:
-    """`ssh` options that reach `endpoint` exactly as the paramiko transport does."""
-    argv = ["-F", str(ssh_config) if ssh_config else "/dev/null", *trust_options(known_hosts)]
-    argv += ["-p", str(endpoint.port), "-l", endpoint.user, "-o", f"HostName={endpoint.host}"]
-    for identity in endpoint.identity_files:
-        argv += ["-i", identity]
-    if endpoint.jumps:
-        argv += ["-o", "ProxyJump=none", "-o", f"ProxyCommand={_proxy_command(endpoint, known_hosts, ssh_config)}"]
+def _argv(endpoint: Endpoint, known_hosts: Path) -> list[str]:
+    """`ssh` options that reach `endpoint` exactly as it was resolved (and as the paramiko transport goes)."""
+    query = endpoint.query or Query(endpoint.alias, endpoint.user, endpoint.port)
+    argv = [*config_args(query.config), *trust_options(known_hosts)]
+    for flag, value in (("-l", query.user), ("-p", query.port)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if endpoint.via is not None:
+        argv += ["-o", f"ProxyCommand={_hop_command(endpoint.via, known_hosts)}"]
     return argv
 
 
-def _proxy_command(endpoint: Endpoint, known_hosts: Path, ssh_config: Path | None) -> str:
-    jump = endpoint.jumps[-1]
-    outer = Endpoint(**{**jump.__dict__, "jumps": endpoint.jumps[:-1] + jump.jumps})
-    argv = [SSH, *_hop_argv(outer, known_hosts, ssh_config), "-o", "BatchMode=yes", "-W", "%h:%p", outer.alias]
-    return " ".join(a if a == "%h:%p" else shlex.quote(a).replace("%", "%%") for a in argv)
+def _hop_command(hop: Endpoint, known_hosts: Path) -> str:
+    """The command OpenSSH runs for a ProxyJump hop, with the trust options; `%` doubled except in the
+    `-W` target, which the ssh running this command expands to the next host's name and port."""
+    argv = [SSH, *_argv(hop, known_hosts), "-o", "BatchMode=yes"]
+    quoted = [shlex.quote(a).replace("%", "%%") for a in argv]
+    return " ".join([*quoted, "-W", "'[%h]:%p'", "--", shlex.quote(hop.alias).replace("%", "%%")])
 
 
 @dataclass
@@ -83,22 +91,22 @@ class OpenSshCommand:
 def openssh_command(
     endpoint: Endpoint,
     known_hosts: Path,
-    ssh_config: Path | None,
     *,
     password: str | None = None,
     remote_command: str | None = None,
-    forward: tuple[int, str, int] | None = None,
+    forwards: Sequence[tuple[int, str, int]] = (),
     tty: bool = True,
 ) -> OpenSshCommand:
-    """Build `ssh -t ... alias [command]` (`-T` without `tty`: exact output for scripts) or, with `forward`,
-    `ssh -N -L ...` for a tunnel."""
-    argv = [SSH, *_hop_argv(endpoint, known_hosts, ssh_config)]
+    """Build `ssh -t ... alias [command]` (`-T` without `tty`: exact output for scripts) or, with `forwards`,
+    `ssh -N -L ... [-L ...]` for a tunnel."""
+    argv = [SSH, *_argv(endpoint, known_hosts)]
     if password is not None:
         argv += ["-o", "PreferredAuthentications=password,keyboard-interactive", "-o", "PubkeyAuthentication=no"]
-    if forward is not None:
-        local, remote_host, remote_port = forward
-        shown = f"[{remote_host}]" if ":" in remote_host else remote_host  # OpenSSH's -L brackets an IPv6 host
-        argv += ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local}:{shown}:{remote_port}"]
+    if forwards:
+        argv += ["-N", "-o", "ExitOnForwardFailure=yes"]
+        for local, remote_host, remote_port in forwards:
+            shown = f"[{remote_host}]" if ":" in remote_host else remote_host  # OpenSSH's -L brackets IPv6
+            argv += ["-L", f"127.0.0.1:{local}:{shown}:{remote_port}"]
     else:
         argv.append("-t" if tty else "-T")
     argv += ["--", endpoint.alias]

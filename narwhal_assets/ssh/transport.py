@@ -10,15 +10,24 @@ the whole host (connect plus all its work in `map_hosts`) by `host_timeout`; and
 seconds that must be answered within `alive_interval * alive_count` seconds. Remote commands run under
 `narwhal_assets.host.guard`, so a command we stop (timeout, output cap, lost connection) or that exits
 leaves no process on the host.
+
+Where and how each connection goes is OpenSSH's answer for the destination (destination.py): the route
+(ProxyJump hops, each verified against the store and authenticated as its own config says; a ProxyCommand,
+run as OpenSSH runs it and killed with the connection; or TCP with AddressFamily and BindAddress), the
+identities in OpenSSH's order (identities.py), the agent IdentityAgent names, the algorithm lists,
+ConnectTimeout (never longer than our own connect timeout) and the name the host key is checked under
+(HostKeyAlias). A host whose config asks for what this transport cannot do is refused before any connection.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import os
+import re
 import select
 import shlex
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,8 +40,11 @@ import paramiko
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.host import program_source
-from narwhal_assets.ssh.destination import Endpoint, identity_candidates, resolve_endpoint
+from narwhal_assets.ssh import identities
+from narwhal_assets.ssh.destination import Endpoint, resolve_endpoint
 from narwhal_assets.ssh.parallel import over_hosts
+from narwhal_assets.ssh.proxy import ProxyCommand
+from narwhal_assets.ssh.resolver import config_label
 from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode, Verdict
 
 T = TypeVar("T")
@@ -50,7 +62,11 @@ SEND_CHUNK = 32768
 # cost 0.7 ms of workstation CPU per host per second: 42 ms per host over a one-minute install). Closing
 # does not wait for it: `_PromptSocket.close` shuts the socket down, which ends a blocked read at once.
 IDLE_WAKE_S = 2.0
+ADDRESS_FAMILIES = {"inet": socket.AF_INET, "inet6": socket.AF_INET6}
 AEAD_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+PROXY_EXIT_WAIT_S = 0.5  # how long a failed handshake waits for its ProxyCommand's exit status, for the message
+# ssh -G option -> paramiko's SecurityOptions attribute
+SECURITY_OPTIONS = {"ciphers": "ciphers", "kexalgorithms": "kex", "macs": "digests", "hostkeyalgorithms": "key_types"}
 
 
 class SshFailure(NarwhalError):
@@ -178,15 +194,29 @@ class Watchdog:
         self.transport.close()
 
 
+class Route(list[paramiko.Transport | ProxyCommand]):
+    """What carries a connection to its host: ProxyJump transports and ProxyCommands, outermost first;
+    closed innermost first, with the connection."""
+
+    def close(self) -> None:
+        for part in reversed(self):
+            part.close()
+        self.clear()
+
+    def proxy_stderr(self) -> list[str]:
+        """What each ProxyCommand on the route printed on standard error (for the host's log)."""
+        return [part.stderr() for part in self if isinstance(part, ProxyCommand) and part.stderr()]
+
+
 @dataclass
 class HostConnection:
-    """An authenticated transport to one host (plus the ProxyJump transports under it)."""
+    """An authenticated transport to one host (plus the ProxyJump transports and ProxyCommands under it)."""
 
     access: HostAccess
     endpoint: Endpoint
     verdict: Verdict
     transport: paramiko.Transport
-    hops: list[paramiko.Transport]
+    route: Route
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     watchdog: Watchdog | None = None
@@ -248,8 +278,7 @@ class HostConnection:
         if self.watchdog is not None:
             self.watchdog.stop()
         self.transport.close()
-        for hop in reversed(self.hops):
-            hop.close()
+        self.route.close()
 
     def _watched(self) -> contextlib.AbstractContextManager[None]:
         return self.watchdog.watching() if self.watchdog is not None else contextlib.nullcontext()
@@ -324,18 +353,32 @@ class _PromptSocket(socket.socket):
     """
 
     @classmethod
-    def open(cls, address: tuple[str, int], timeout: float) -> socket.socket:
-        raw = socket.create_connection(address, timeout=timeout)
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not hasattr(socket, "TCP_QUICKACK"):  # Linux only
-            return raw
-        prompt = cls(raw.family, raw.type, raw.proto, fileno=raw.detach())
-        prompt.settimeout(timeout)
-        return prompt
+    def open(cls, endpoint: Endpoint, timeout: float) -> socket.socket:
+        """Connect as OpenSSH does: each address of the host name in turn (only IPv4 or IPv6 ones with
+        AddressFamily), from BindAddress if set, with TCPKeepAlive."""
+        family = ADDRESS_FAMILIES.get(endpoint.address_family, socket.AF_UNSPEC)
+        failure: OSError = OSError("no address")
+        for fam, kind, proto, _, address in socket.getaddrinfo(endpoint.host, endpoint.port, family,
+                                                                socket.SOCK_STREAM):  # fmt: skip
+            sock = cls(fam, kind, proto)
+            try:
+                sock.settimeout(timeout)
+                if endpoint.bind_address:
+                    sock.bind((endpoint.bind_address, 0))
+                sock.connect(address)
+            except OSError as exc:
+                sock.close()
+                failure = exc
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(endpoint.tcp_keepalive))
+            return sock
+        raise failure
 
     def recv(self, size: int, flags: int = 0) -> bytes:
         data = super().recv(size, flags)
-        self.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+        if hasattr(socket, "TCP_QUICKACK"):  # Linux only
+            self.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
         return data
 
     def close(self) -> None:
@@ -367,16 +410,16 @@ class Connector:
         """
         deadline = time.monotonic() + self.host_timeout if deadline is None else deadline
         endpoint = self._endpoint(access)
-        sock, hops = self._through_jumps(access, endpoint)
+        route = Route()
         try:
-            transport, verdict = self._open(access, endpoint, sock, password=access.password)
+            sock = self._reach(access, endpoint, route)
+            transport, verdict = self._open(access, endpoint, sock, route, password=access.password)
         except BaseException:
-            for hop in reversed(hops):
-                hop.close()
+            route.close()
             raise
         watchdog = Watchdog(transport, self.alive_interval, self.alive_count, deadline, self.host_timeout).start()
         return HostConnection(
-            access, endpoint, verdict, transport, hops, self.command_timeout, self.output_limit, watchdog
+            access, endpoint, verdict, transport, route, self.command_timeout, self.output_limit, watchdog
         )
 
     def map_hosts(
@@ -400,73 +443,96 @@ class Connector:
     def presented_key(self, access: HostAccess) -> tuple[Endpoint, HostKey]:
         """The key the target presents, read after key exchange; no credential is sent to the target."""
         endpoint = self._endpoint(access)
-        sock, hops = self._through_jumps(access, endpoint)
+        route = Route()
         try:
-            transport, presented = self._handshake(access, endpoint, sock)
+            transport, presented = self._handshake(access, endpoint, self._reach(access, endpoint, route), route)
             transport.close()
             return endpoint, presented
         finally:
-            for hop in reversed(hops):
-                hop.close()
+            route.close()
 
     def _endpoint(self, access: HostAccess) -> Endpoint:
+        """OpenSSH's answer for the host's destination; refused when it asks for what this transport cannot do."""
+        who = f"host {access.host_id} ({access.destination_env})"
         try:
-            return resolve_endpoint(access.destination, self.ssh_config)
+            endpoint = resolve_endpoint(access.destination, self.ssh_config)
         except InputError as exc:
-            raise InputError([f"host {access.host_id} ({access.destination_env}): {p}" for p in exc.problems]) from None
+            raise InputError([f"{who}: {p}" for p in exc.problems]) from None
+        endpoint.refuse(who)
+        for hop in endpoint.hops():
+            _check_method(hop, "publickey", f"{who} (ProxyJump hop {hop.destination})")
+        _check_method(endpoint, "password" if access.password is not None else "publickey", who)
+        return endpoint
 
-    def _through_jumps(
-        self, access: HostAccess, endpoint: Endpoint
-    ) -> tuple[paramiko.Channel | None, list[paramiko.Transport]]:
-        """Open (and verify strictly or per mode) every ProxyJump hop; returns the channel to the target."""
-        hops: list[paramiko.Transport] = []
-        sock = None
+    def _reach(self, access: HostAccess, endpoint: Endpoint, route: Route) -> socket.socket | paramiko.Channel:
+        """A stream to `endpoint`, as OpenSSH makes it: through its ProxyJump hop (itself reached the same way,
+        its key verified and its user authenticated here), through its ProxyCommand, or over TCP."""
+        where = f"host {access.host_id} ({endpoint.address})"
+        if endpoint.via is not None:
+            hop_sock = self._reach(access, endpoint.via, route)
+            hop, _ = self._open(access, endpoint.via, hop_sock, route, password=None, hop=True)
+            route.append(hop)
+            return self._tunnel(access, hop, endpoint.via, endpoint)
+        if endpoint.proxy_command is not None:
+            try:
+                proxy = ProxyCommand(endpoint.proxy_command)
+            except OSError as exc:
+                raise SshFailure(f"{where}: {exc.strerror} ({config_label(endpoint.config)})") from None
+            route.append(proxy)
+            return proxy.sock
+        timeout = self._connect_timeout(endpoint)
         try:
-            for jump in endpoint.hops():
-                hop, _ = self._open(access, jump, sock, password=None, hop=True)
-                hops.append(hop)
-                sock = self._tunnel(access, hop, jump, endpoint)
-        except BaseException:
-            for hop in reversed(hops):
-                hop.close()
-            raise
-        return sock, hops
+            return _PromptSocket.open(endpoint, timeout)
+        except OSError as exc:
+            raise SshFailure(f"{where}: cannot connect: {_describe(exc, timeout)}") from None
+
+    def _connect_timeout(self, endpoint: Endpoint) -> float:
+        """ConnectTimeout from the config, never longer than ours."""
+        if endpoint.connect_timeout:
+            return min(float(endpoint.connect_timeout), self.connect_timeout)
+        return self.connect_timeout
 
     def _handshake(
-        self, access: HostAccess, endpoint: Endpoint, sock: paramiko.Channel | None
+        self, access: HostAccess, endpoint: Endpoint, sock: socket.socket | paramiko.Channel, route: Route
     ) -> tuple[paramiko.Transport, HostKey]:
         where = f"host {access.host_id} ({endpoint.address})"
+        timeout = self._connect_timeout(endpoint)
+        accepted = endpoint.algorithms.names("pubkeyacceptedalgorithms")
+        rejected = identities.rejected_signatures(accepted) if accepted is not None else []
+        transport = paramiko.Transport(sock, disabled_algorithms={"pubkeys": rejected})
+        began = time.monotonic()
         try:
-            raw = sock or _PromptSocket.open((endpoint.host, endpoint.port), self.connect_timeout)
-        except OSError as exc:
-            raise SshFailure(f"{where}: cannot connect: {_describe(exc, self.connect_timeout)}") from None
-        transport = paramiko.Transport(raw)
-        try:
-            transport.banner_timeout = self.connect_timeout
-            transport.handshake_timeout = self.connect_timeout
-            transport.auth_timeout = self.connect_timeout
-            _prefer_aead(transport)
-            _prefer_key_types(transport, {k.key_type for k in self.store.keys_for(endpoint.host, endpoint.port)})
-            transport.start_client(timeout=self.connect_timeout)
+            transport.banner_timeout = timeout
+            transport.handshake_timeout = timeout
+            transport.auth_timeout = timeout
+            known = {k.key_type for k in self.store.keys_for(*endpoint.known_host)}
+            _apply_algorithms(transport, endpoint, known)
+            transport.use_compression(endpoint.compression)
+            transport.start_client(timeout=timeout)
             key = transport.get_remote_server_key()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             transport.close()
-            raise SshFailure(f"{where}: SSH handshake failed: {_describe(exc, self.connect_timeout)}") from None
+            # paramiko reports the banner or key exchange timing out in several ways ("Error reading SSH
+            # protocol banner", "No existing session"): the clock says which bound it was
+            late = time.monotonic() - began >= timeout
+            cause = f"did not finish within {timeout:.0f} s (connect timeout)" if late else f"failed: {_describe(exc)}"
+            raise SshFailure(f"{where}: SSH handshake {cause}{_proxy_said(sock, route, access)}") from None
         return transport, HostKey(key.get_name(), key.get_base64())
 
     def _open(
         self,
         access: HostAccess,
         endpoint: Endpoint,
-        sock: paramiko.Channel | None,
+        sock: socket.socket | paramiko.Channel,
+        route: Route,
         password: str | None,
         *,
         hop: bool = False,
     ) -> tuple[paramiko.Transport, Verdict]:
-        transport, presented = self._handshake(access, endpoint, sock)
+        transport, presented = self._handshake(access, endpoint, sock, route)
         who, hop_of = (endpoint.alias, access.host_id) if hop else (access.host_id, None)
         try:
-            verdict = self.store.verify(who, endpoint.host, endpoint.port, presented, self.mode, hop_of=hop_of)
+            verdict = self.store.verify(who, *endpoint.known_host, presented, self.mode, hop_of=hop_of)
             _authenticate(transport, endpoint, password, f"host {access.host_id} ({endpoint.address})")
             transport.sock.settimeout(IDLE_WAKE_S)  # handshake and authentication are bounded; now just idle
         except BaseException:
@@ -477,98 +543,123 @@ class Connector:
     def _tunnel(
         self, access: HostAccess, hop: paramiko.Transport, jump: Endpoint, target: Endpoint
     ) -> paramiko.Channel:
-        nxt = _next_after(target, jump)
+        """`ssh -W '[%h]:%p' hop`: a direct-tcpip channel from the hop to the next host's name and port."""
+        timeout = self._connect_timeout(jump)
         try:
-            return hop.open_channel(
-                "direct-tcpip", (nxt.host, nxt.port), ("127.0.0.1", 0), timeout=self.connect_timeout
-            )
+            return hop.open_channel("direct-tcpip", (target.host, target.port), ("127.0.0.1", 0), timeout=timeout)
         except (paramiko.SSHException, OSError) as exc:
             raise SshFailure(
-                f"host {access.host_id} ({nxt.address}): ProxyJump through {jump.address} failed: "
-                f"{_describe(exc, self.connect_timeout)}"
+                f"host {access.host_id} ({target.address}): ProxyJump through {jump.address} failed: "
+                f"{_describe(exc, timeout)}"
             ) from None
 
 
-def _next_after(target: Endpoint, jump: Endpoint) -> Endpoint:
-    hops = [*target.hops(), target]
-    return hops[hops.index(jump) + 1]
+def _proxy_said(sock: socket.socket | paramiko.Channel, route: Route, access: HostAccess) -> str:
+    """When the stream was a ProxyCommand's: its exit status and last line on standard error, with the
+    destination's value (which a ProxyCommand may print, as `%n`) replaced: messages never carry one."""
+    proxy = next((part for part in route if isinstance(part, ProxyCommand) and part.sock is sock), None)
+    if proxy is None:
+        return ""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proxy.process.wait(PROXY_EXIT_WAIT_S)
+    host = access.destination.rpartition("@")[2]
+    values = "|".join(re.escape(v) for v in sorted({access.destination, host} - {""}, key=len, reverse=True))
+    return "; " + re.sub(rf"(?<![\w.-])(?:{values})(?![\w.-])", f"<{access.destination_env}>", proxy.describe())
 
 
-def _prefer_aead(transport: paramiko.Transport) -> None:
-    """AES-GCM first where the host offers it: its tag is checked in C, where paramiko checks a separate MAC
-    byte by byte in Python (a quarter of the workstation's CPU per command, measured). Other ciphers stay
-    offered, in paramiko's order, for hosts without it."""
+def _apply_algorithms(transport: paramiko.Transport, endpoint: Endpoint, known: set[str]) -> None:
+    """Offer exactly OpenSSH's algorithm lists (those paramiko implements). Where the config set a list its
+    order is kept; otherwise AES-GCM comes first among the ciphers and the key types the store already holds
+    for this host among the host key algorithms (as OpenSSH orders them)."""
     options = transport.get_security_options()
-    aead = [c for c in AEAD_CIPHERS if c in options.ciphers]
-    options.ciphers = (*aead, *(c for c in options.ciphers if c not in aead))
+    for option, attribute in SECURITY_OPTIONS.items():
+        names = endpoint.algorithms.names(option)
+        if names is None:
+            names = tuple(getattr(options, attribute))
+        if option not in endpoint.algorithms.configured:
+            names = _preferred(option, names, known)
+        setattr(options, attribute, names)
 
 
-def _prefer_key_types(transport: paramiko.Transport, known: set[str]) -> None:
-    """Ask first for key types the store already holds for this host, as OpenSSH does."""
-    if not known:
-        return
-    options = transport.get_security_options()
-    current = list(options.key_types)
-    wanted = [t for t in current if t in known or (t.startswith("rsa-sha2") and "ssh-rsa" in known)]
-    options.key_types = wanted + [t for t in current if t not in wanted]
+def _preferred(option: str, names: tuple[str, ...], known: set[str]) -> tuple[str, ...]:
+    """AES-GCM first: its tag is checked in C, where paramiko checks a separate MAC byte by byte in Python (a
+    quarter of the workstation's CPU per command, measured). Known host key types first, as OpenSSH asks."""
+    if option == "ciphers":
+        first = [name for name in AEAD_CIPHERS if name in names]
+    elif option == "hostkeyalgorithms" and known:
+        first = [t for t in names if t in known or (t.startswith("rsa-sha2") and "ssh-rsa" in known)]
+    else:
+        return names
+    return (*first, *(name for name in names if name not in first))
 
 
 def _authenticate(transport: paramiko.Transport, endpoint: Endpoint, password: str | None, where: str) -> None:
-    method = "password" if password is not None else "key/agent"
+    method = "password" if password is not None else "publickey"
+    shown = "password" if password is not None else "key/agent"
     try:
         if password is not None:
             transport.auth_password(endpoint.user, password)
         else:
             _auth_keys(transport, endpoint)
+    except paramiko.BadAuthenticationType as exc:
+        allowed = ",".join(exc.allowed_types) or "none"
+        raise SshFailure(f"{where}: the host does not accept {method} authentication for user {endpoint.user} "
+                         f"(it accepts: {printable(allowed, 80)}; keyboard-interactive, GSSAPI and host-based "
+                         "authentication are not supported here)") from None  # fmt: skip
     except paramiko.AuthenticationException as exc:
         if "timeout" in str(exc).lower():  # paramiko's "Authentication timeout." after auth_timeout seconds
             raise SshFailure(
-                f"{where}: authentication ({method}) did not finish within {transport.auth_timeout:.0f} s "
+                f"{where}: authentication ({shown}) did not finish within {transport.auth_timeout:.0f} s "
                 "(connect timeout)"
             ) from None
-        raise SshFailure(f"{where}: authentication failed for user {endpoint.user} ({method})") from None
+        raise SshFailure(f"{where}: authentication failed for user {endpoint.user} ({shown}){_missing(endpoint)}") \
+            from None
     except (paramiko.SSHException, OSError, EOFError) as exc:
-        raise SshFailure(f"{where}: connection lost during authentication ({method}): {_describe(exc)}") from None
+        raise SshFailure(f"{where}: connection lost during authentication ({shown}): {_describe(exc)}") from None
     if not transport.is_authenticated():
         raise SshFailure(f"{where}: authentication failed for user {endpoint.user}")
 
 
+def _check_method(endpoint: Endpoint, method: str, where: str) -> None:
+    """Refuse a host whose config turns off the one method it is reached by (key, or its password)."""
+    if method in endpoint.auth_methods:
+        return
+    option, value = endpoint.auth_off.get(method, ("PreferredAuthentications", ""))
+    raise InputError([f"{where}: {option} {printable(value, 120)} ({config_label(endpoint.config)}): turns off "
+                      f"{method} authentication, the only method these connections can use for this host"])  # fmt: skip
+
+
+def _missing(endpoint: Endpoint) -> str:
+    """Which configured identity or certificate files do not exist (OpenSSH skips them silently)."""
+    missing = [f"CertificateFile {path}" for path in endpoint.certificate_files if not os.path.exists(path)]
+    if not any(os.path.exists(path) for path in endpoint.identity_files):
+        missing.append("every IdentityFile")
+    return f"; not found: {printable(', '.join(missing), 200)}" if missing else ""
+
+
 def _auth_keys(transport: paramiko.Transport, endpoint: Endpoint) -> None:
-    keys: list[paramiko.PKey] = []
-    if not endpoint.identities_only:
-        keys += list(paramiko.Agent().get_keys())
-    for path in identity_candidates(endpoint):
-        key = _load_key(path)
-        if key is not None:
-            keys.append(key)
-    for key in keys:
-        try:
-            transport.auth_publickey(endpoint.user, key)
+    """Offer each identity in OpenSSH's order until one is accepted (see identities.py)."""
+    accepted = endpoint.algorithms.names("pubkeyacceptedalgorithms")
+    agent_keys, agent = identities.agent_keys(endpoint.identity_agent, transport.auth_timeout or 10.0)
+    try:
+        offers = identities.offers(endpoint.identity_files, endpoint.certificate_files, agent_keys,
+                                   endpoint.identities_only, accepted)  # fmt: skip
+        for offer in offers:
+            key = offer.key(offers)
+            if key is None:
+                continue
+            try:
+                transport.auth_publickey(endpoint.user, key)
+            except paramiko.BadAuthenticationType:
+                raise
+            except paramiko.AuthenticationException:
+                continue
             if transport.is_authenticated():
                 return
-        except paramiko.AuthenticationException:
-            continue
+    finally:
+        if agent is not None:
+            agent.close()
     raise paramiko.AuthenticationException("no key accepted")
-
-
-def _load_key(path: Path) -> paramiko.PKey | None:
-    """Load an unencrypted private key of any type; encrypted or unreadable keys are skipped. Parsed once
-    per process for each version of the file (its inode, size, mtime and ctime: a rewrite, a rename over
-    it, a chmod), not once per host connected."""
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return _parsed_key(path, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-@functools.lru_cache(maxsize=16)
-def _parsed_key(path: Path, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> paramiko.PKey | None:
-    try:
-        return paramiko.PKey.from_path(path)
-    # cryptography raises TypeError for an OpenSSH-format key that needs a passphrase
-    except (paramiko.PasswordRequiredException, paramiko.SSHException, OSError, ValueError, TypeError):
-        return None
 
 
 def _describe(exc: BaseException, timeout: float | None = None) -> str:

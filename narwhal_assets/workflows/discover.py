@@ -255,7 +255,7 @@ def _resolve_staged(settings: Settings, inventory: Inventory, raw: Mapping[str, 
     host_id, hop = str(raw["host_id"]), bool(raw["hop"])
     endpoint = resolve_endpoint(host_access(settings, inventory.host(host_id)).destination, settings.ssh_config_path)
     for candidate in endpoint.hops() if hop else [endpoint]:
-        entry = StagedKey(host_id, hop, candidate.host, candidate.port, raw["key_type"], raw["blob_b64"])
+        entry = StagedKey(host_id, hop, *candidate.known_host, raw["key_type"], raw["blob_b64"])
         if entry.name_sha256 == raw["name_sha256"]:
             return entry
     what = "a ProxyJump hop" if hop else "the destination"

@@ -171,7 +171,7 @@ def current_access(settings: Settings, inventory: Inventory) -> dict[str, Curren
             current[entry.id] = CurrentAccess(None, ())
             continue
         endpoint = resolve_endpoint(destination, settings.ssh_config_path)
-        fingerprints = tuple(store.fingerprints(endpoint.host, endpoint.port))
+        fingerprints = tuple(store.fingerprints(*endpoint.known_host))
         current[entry.id] = CurrentAccess(destination_sha256(destination), fingerprints)
     return current
 

@@ -190,7 +190,7 @@ def _pins(settings: Settings, store: KnownHostsStore, entry: HostEntry) -> tuple
     """The SHA-256 of the host's destination string and the host-key fingerprints pinned for it."""
     destination = settings.get(entry.ssh_env) or ""
     endpoint = resolve_endpoint(destination, settings.ssh_config_path)
-    fingerprints = sorted(set(store.fingerprints(endpoint.host, endpoint.port)))
+    fingerprints = sorted(set(store.fingerprints(*endpoint.known_host)))
     if not fingerprints:
         raise InputError([f"host {entry.id}: no host key for {endpoint.address} in {store.path}; {REDISCOVER}"])
     return destination_sha256(destination), fingerprints

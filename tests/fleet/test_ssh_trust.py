@@ -216,7 +216,7 @@ def test_openssh_accepts_our_entries_including_proxyjump(checkout: Path, fleet: 
         assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
     settings = Settings.load(checkout)
     endpoint = resolve_endpoint("h3", settings.ssh_config_path)
-    command = openssh_command(endpoint, store, settings.ssh_config_path, remote_command="echo via-$USER")
+    command = openssh_command(endpoint, store, remote_command="echo via-$USER")
     argv = [a for a in command.argv if a != "-t"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0 and done.stdout.strip() == f"via-{fleet.host('h3').user}", done.stderr

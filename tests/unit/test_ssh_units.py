@@ -6,7 +6,6 @@ import base64
 import hashlib
 import hmac
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -14,14 +13,11 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from helpers.envfile import HYPO
-from hypothesis import given
-from hypothesis import strategies as st
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.ssh.access import make_connector, transport_bounds
-from narwhal_assets.ssh.destination import _ParsedConfig, resolve_endpoint
+from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.openssh import MAX_PASSWORD_BYTES, openssh_command
 from narwhal_assets.ssh.trust import (
     HostKey,
@@ -157,13 +153,13 @@ def test_destination_resolution_follows_config_include_and_proxyjump(tmp_path: P
     )
     endpoint = resolve_endpoint("gpu2", config)
     assert (endpoint.host, endpoint.port, endpoint.user) == ("10.1.0.2", 2202, "svc")
-    [jump] = endpoint.jumps
+    [jump] = endpoint.hops()
     assert (jump.host, jump.user, jump.identities_only, jump.identity_files) == (
         "10.1.0.1", "jump", True, (f"{tmp_path}/id",),
     )  # fmt: skip
     assert resolve_endpoint("ops@gpu2", config).user == "ops"
     plain = resolve_endpoint("root@[198.18.0.9]:2200", None)
-    assert (plain.host, plain.port, plain.user, plain.jumps) == ("198.18.0.9", 2200, "root", ())
+    assert (plain.host, plain.port, plain.user, plain.hops()) == ("198.18.0.9", 2200, "root", [])
 
 
 def test_an_edited_config_or_included_file_takes_effect_at_the_next_resolve(tmp_path: Path) -> None:
@@ -191,18 +187,20 @@ def test_openssh_command_is_strict_and_spells_out_proxyjump(tmp_path: Path) -> N
     config = tmp_path / "config"
     config.write_text("Host b\n  HostName 10.1.0.1\nHost t\n  HostName 10.1.0.2\n  ProxyJump b\n")
     store = tmp_path / "kh"
-    command = openssh_command(resolve_endpoint("u@t", config), store, config, remote_command="true")
+    command = openssh_command(resolve_endpoint("u@t", config), store, remote_command="true")
     argv = command.argv
     for option in ("StrictHostKeyChecking=yes", f"UserKnownHostsFile={store}", "GlobalKnownHostsFile=/dev/null"):
         assert option in argv
+    assert argv[argv.index("-F") + 1] == str(config) and argv[argv.index("-l") + 1] == "u" and "-p" not in argv
     proxy = next(a for a in argv if a.startswith("ProxyCommand="))
-    assert "StrictHostKeyChecking=yes" in proxy and f"UserKnownHostsFile={store}" in proxy and "-W %h:%p" in proxy
-    assert "ProxyJump=none" in argv and argv[-2:] == ["t", "true"]
+    assert "StrictHostKeyChecking=yes" in proxy and f"UserKnownHostsFile={store}" in proxy
+    assert proxy.endswith(" -W '[%h]:%p' -- b") and f"-F {config}" in proxy and "-l" not in proxy
+    assert argv[-3:] == ["--", "t", "true"]
 
 
 def test_password_reaches_sshpass_through_a_pipe_only(tmp_path: Path) -> None:
     secret = "pw-SENTINEL-unit"
-    command = openssh_command(resolve_endpoint("u@10.0.0.1", None), tmp_path / "kh", None, password=secret)
+    command = openssh_command(resolve_endpoint("u@10.0.0.1", None), tmp_path / "kh", password=secret)
     assert secret not in repr(command) and all(secret not in a for a in command.argv)
     command.prepare_password_pipe()
     assert command.argv[:2] == ["sshpass", "-d"] and int(command.argv[2]) == command.pass_fds[0]
@@ -244,7 +242,7 @@ def test_password_handover_rules_at_the_argv_and_fd_layer(tmp_path: Path) -> Non
     secret = "pw-SENTINEL-unit-" + "x" * (MAX_PASSWORD_BYTES - 17)
     assert len(secret) == MAX_PASSWORD_BYTES
     environ = dict(os.environ)
-    command = openssh_command(resolve_endpoint("u@10.0.0.1", None), tmp_path / "kh", None, password=secret)
+    command = openssh_command(resolve_endpoint("u@10.0.0.1", None), tmp_path / "kh", password=secret)
     assert secret not in repr(command) and all(secret not in a for a in command.argv)
     command.prepare_password_pipe()
     # argv: sshpass reads the password from an inherited descriptor, no -p (argv), -e (environment), -f (file)
@@ -261,7 +259,7 @@ def test_password_handover_rules_at_the_argv_and_fd_layer(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("secret", ["p" * (MAX_PASSWORD_BYTES + 1), "p" * 100_000, "two\nlines"])
 def test_an_absurd_password_is_refused_before_any_pipe_is_made(tmp_path: Path, secret: str) -> None:
-    command = openssh_command(resolve_endpoint("u@10.0.0.1", None), tmp_path / "kh", None, password=secret)
+    command = openssh_command(resolve_endpoint("u@10.0.0.1", None), tmp_path / "kh", password=secret)
     before = _open_fds()
     with pytest.raises(InputError) as refused:
         command.prepare_password_pipe()
@@ -348,51 +346,10 @@ def test_check_access_timeout_must_be_positive(tmp_path: Path) -> None:
     assert done.returncode == 2 and "expected seconds from 0.1 to 3600" in done.stderr
 
 
-ALIASES = ("h1", "h2", "H1", "gpu-1", "x[1]", "x1")
-HOST_PATTERN = st.sampled_from(["h1", "h2", "H1", "gpu-1", "x[1]", "h*", "!h2", "gpu-?", "*", "x[1]"])
-OPTION = st.sampled_from([
-    "HostName 10.0.0.1", "HostName 10.0.0.2", "User a", "User b", "Port 2201", "Port 2202", "IdentityFile ~/.ssh/one",
-    "IdentityFile ~/.ssh/two", "ProxyJump h2", "IdentitiesOnly yes",
-])  # fmt: skip
-HEADER = st.one_of(
-    st.lists(HOST_PATTERN, min_size=1, max_size=3).map(lambda p: "Host " + " ".join(p)),
-    st.sampled_from(["Match host 10.0.0.1", "Match originalhost h1", "Match all", "Match user root", "Match final"]),
-)
-BLOCK = st.tuples(HEADER, st.lists(OPTION, max_size=3)).map(lambda b: "\n".join([b[0], *("  " + o for o in b[1])]))
-
-
-@HYPO
-@given(blocks=st.lists(BLOCK, min_size=1, max_size=10), globals_=st.lists(OPTION, max_size=2))
-def test_an_indexed_lookup_finds_what_a_whole_config_lookup_finds(blocks: list[str], globals_: list[str]) -> None:
-    """Plain-named Host blocks are indexed by name; paramiko over the whole text is the oracle, with wildcards,
-    negations, Match blocks, names that differ in case or hold a `[`, repeated IdentityFile and first-wins."""
-    text = "\n".join([*globals_, *blocks]) + "\n"
-    indexed = _ParsedConfig(text)
-    for alias in ALIASES:
-        assert indexed.lookup(alias) == paramiko.SSHConfig.from_text(text).lookup(alias), f"{alias} in\n{text}"
-
-
-def test_a_config_that_canonicalizes_is_looked_up_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The second pass looks up the canonical name, whose plain-named block the alias's index would miss.
-    The resolver answers for example.invalid only, so no name lookup leaves this machine."""
-    resolved = {"h1.example.invalid": "192.0.2.1"}
-
-    def resolve(name: str) -> str:
-        if name not in resolved:
-            raise socket.gaierror(name)
-        return resolved[name]
-
-    monkeypatch.setattr(paramiko.config.socket, "gethostbyname", resolve)
-    text = ("Host h1.example.invalid\n  User canonical\nHost *\n  CanonicalizeHostname yes\n"
-            "  CanonicalDomains example.invalid\n")  # fmt: skip
-    assert _ParsedConfig(text).lookup("h1")["user"] == "canonical"
-    assert paramiko.SSHConfig.from_text(text).lookup("h1")["user"] == "canonical"
-
-
 def test_a_private_key_is_parsed_once_per_version_of_its_file(tmp_path: Path) -> None:
     """Loaded once per process for many hosts, yet a key rewritten or replaced in place, or protected by a
     passphrase since, is read again: what authenticates is always what the file holds now."""
-    from narwhal_assets.ssh.transport import _load_key
+    from narwhal_assets.ssh.identities import _private as _load_key
 
     def keygen(name: str, passphrase: str = "") -> Path:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(tmp_path / name)],
@@ -400,13 +357,14 @@ def test_a_private_key_is_parsed_once_per_version_of_its_file(tmp_path: Path) ->
         return tmp_path / name
 
     path, other, locked = keygen("id"), keygen("other"), keygen("locked", "secret")
+    path = str(path)
     first = _load_key(path)
     assert first is not None and _load_key(path) is first, "the same file version is parsed once"
     expected = paramiko.PKey.from_path(other).fingerprint
-    path.write_bytes(other.read_bytes())  # rewritten in place: another key, the same size
+    Path(path).write_bytes(other.read_bytes())  # rewritten in place: another key, the same size
     reloaded = _load_key(path)
     assert reloaded is not None and reloaded.fingerprint == expected != first.fingerprint
     os.replace(locked, path)  # renamed over it: a key that needs a passphrase is skipped
     assert _load_key(path) is None
-    path.unlink()
+    Path(path).unlink()
     assert _load_key(path) is None

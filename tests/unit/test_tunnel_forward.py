@@ -1,5 +1,6 @@
 """`tunnel --forward`: what reaches OpenSSH's `-L` is a forward it accepts, IPv6 hosts in brackets; anything
-else is refused as bad input before OpenSSH runs."""
+else (a local port given twice included) is refused as bad input before OpenSSH runs; `--role` defaults to the
+router's host, as upstream's."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from narwhal_assets.cli import interactive
 from narwhal_assets.cli.interactive import parse_forward
+from narwhal_assets.cli.main import build_parser, main
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.openssh import openssh_command
 
 
 def local_forward(text: str, tmp_path: Path) -> str:
-    command = openssh_command(resolve_endpoint("u@t", None), tmp_path / "kh", None, forward=parse_forward(text))
+    command = openssh_command(resolve_endpoint("u@t", None), tmp_path / "kh", forwards=[parse_forward(text)])
     return command.argv[command.argv.index("-L") + 1]
 
 
@@ -32,3 +35,26 @@ def test_forwards_reach_openssh_as_it_parses_them(given: str, expected: str, tmp
 def test_malformed_forwards_are_refused_as_input(given: str) -> None:
     with pytest.raises(InputError):
         parse_forward(given)
+
+
+def tunnel_args(root: Path, *forwards: str) -> object:
+    return build_parser().parse_args(["--root", str(root), "tunnel", *(f"--forward={f}" for f in forwards)])
+
+
+def test_tunnel_defaults_to_the_router_and_refuses_a_local_port_given_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "checkout"
+    root.mkdir()
+    (root / ".env").write_text("NARWHAL_ROUTER_SSH=u@[127.0.0.3]:2203\nNARWHAL_NODE_1_SSH=u@[127.0.0.4]:2204\n")
+    args = tunnel_args(root, "18000:8000", "19090:9090")
+    command = interactive.build(args)  # type: ignore[arg-type]
+    assert args.role == "router"  # type: ignore[attr-defined]
+    argv = command.argv
+    assert argv[argv.index("-p") + 1] == "2203" and argv[-1] == "127.0.0.3"
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "-L"] == ["127.0.0.1:18000:127.0.0.1:8000",
+                                                                      "127.0.0.1:19090:127.0.0.1:9090"]  # fmt: skip
+    capsys.readouterr()
+    rc = main(["--root", str(root), "tunnel", "--forward", "18000:8000", "--forward", "18000:9090"])
+    assert rc == 2
+    assert "--forward: local port 18000 given more than once" in capsys.readouterr().err

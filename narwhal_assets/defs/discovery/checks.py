@@ -35,7 +35,7 @@ def known_hosts_cover_inventory(checkout: ManagementCheckout) -> dg.AssetCheckRe
     missing = []
     for access in host_accesses(settings, opened.inventory.hosts):
         endpoint = resolve_endpoint(access.destination, settings.ssh_config_path)
-        if not store.keys_for(endpoint.host, endpoint.port):
+        if not store.keys_for(*endpoint.known_host):
             missing.append(access.host_id)
     return dg.AssetCheckResult(
         passed=not missing,
