@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import paramiko
 
 from narwhal_assets.ssh.resolver import Answer
+from narwhal_assets.ssh.sshkey import CERT_SUFFIX
 
-CERT_SUFFIX = "-cert-v01@openssh.com"
 DEFAULT_AUTH_ORDER = "gssapi-with-mic,hostbased,publickey,keyboard-interactive,password"
 # preferredauthentications method -> the option that enables it, as ssh -G prints it
 METHOD_SWITCH = {
@@ -231,6 +231,7 @@ def paramiko_algorithms() -> dict[str, tuple[str, ...]]:
     finally:
         ours.close()
         theirs.close()
-    keys = found["hostkeyalgorithms"]
+    keys = found["hostkeyalgorithms"]  # certificates too: paramiko verifies a host certificate's key exchange
+    found["hostkeyalgorithms"] = (*(key + CERT_SUFFIX for key in keys), *keys)
     found["pubkeyacceptedalgorithms"] = (*keys, *(key + CERT_SUFFIX for key in keys))
     return found

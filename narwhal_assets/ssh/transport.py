@@ -21,6 +21,7 @@ ConnectTimeout (never longer than our own connect timeout) and the name the host
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import re
@@ -505,8 +506,7 @@ class Connector:
             transport.banner_timeout = timeout
             transport.handshake_timeout = timeout
             transport.auth_timeout = timeout
-            known = {k.key_type for k in self.store.keys_for(*endpoint.known_host)}
-            _apply_algorithms(transport, endpoint, known)
+            _apply_algorithms(transport, endpoint, self.store)
             transport.use_compression(endpoint.compression)
             transport.start_client(timeout=timeout)
             key = transport.get_remote_server_key()
@@ -517,7 +517,7 @@ class Connector:
             late = time.monotonic() - began >= timeout
             cause = f"did not finish within {timeout:.0f} s (connect timeout)" if late else f"failed: {_describe(exc)}"
             raise SshFailure(f"{where}: SSH handshake {cause}{_proxy_said(sock, route, access)}") from None
-        return transport, HostKey(key.get_name(), key.get_base64())
+        return transport, _presented(key)
 
     def _open(
         self,
@@ -567,30 +567,32 @@ def _proxy_said(sock: socket.socket | paramiko.Channel, route: Route, access: Ho
     return "; " + re.sub(rf"(?<![\w.-])(?:{values})(?![\w.-])", f"<{access.destination_env}>", proxy.describe())
 
 
-def _apply_algorithms(transport: paramiko.Transport, endpoint: Endpoint, known: set[str]) -> None:
+def _apply_algorithms(transport: paramiko.Transport, endpoint: Endpoint, store: KnownHostsStore) -> None:
     """Offer exactly OpenSSH's algorithm lists (those paramiko implements). Where the config set a list its
-    order is kept; otherwise AES-GCM comes first among the ciphers and the key types the store already holds
-    for this host among the host key algorithms (as OpenSSH orders them)."""
+    order is kept; otherwise AES-GCM comes first among the ciphers, and the host key algorithms are OpenSSH's
+    default (host certificates first) in the order OpenSSH gives them for this host: the key types the store
+    holds for it first, certificate algorithms first where an @cert-authority line covers it (so a host
+    certificate is presented, checked against its CA, and an @revoked CA is seen)."""
     options = transport.get_security_options()
     for option, attribute in SECURITY_OPTIONS.items():
         names = endpoint.algorithms.names(option)
+        configured = option in endpoint.algorithms.configured
         if names is None:
             names = tuple(getattr(options, attribute))
-        if option not in endpoint.algorithms.configured:
-            names = _preferred(option, names, known)
+        if option == "hostkeyalgorithms" and not configured:
+            names = tuple(store.host_key_algorithms(*endpoint.known_host, list(names)))
+        if option == "ciphers" and not configured:
+            first = [name for name in AEAD_CIPHERS if name in names]
+            names = (*first, *(name for name in names if name not in first))
         setattr(options, attribute, names)
 
 
-def _preferred(option: str, names: tuple[str, ...], known: set[str]) -> tuple[str, ...]:
-    """AES-GCM first: its tag is checked in C, where paramiko checks a separate MAC byte by byte in Python (a
-    quarter of the workstation's CPU per command, measured). Known host key types first, as OpenSSH asks."""
-    if option == "ciphers":
-        first = [name for name in AEAD_CIPHERS if name in names]
-    elif option == "hostkeyalgorithms" and known:
-        first = [t for t in names if t in known or (t.startswith("rsa-sha2") and "ssh-rsa" in known)]
-    else:
-        return names
-    return (*first, *(name for name in names if name not in first))
+def _presented(key: paramiko.PKey) -> HostKey:
+    """The host key the server presented, or its certificate (which the store checks against a CA line)."""
+    blob = key.public_blob
+    if blob is not None:
+        return HostKey(blob.key_type, base64.b64encode(blob.key_blob).decode())
+    return HostKey(key.get_name(), key.get_base64())
 
 
 def _authenticate(transport: paramiko.Transport, endpoint: Endpoint, password: str | None, where: str) -> None:

@@ -27,6 +27,7 @@ import paramiko
 import pytest
 from helpers.sshkeys import Key, hashed, make_key, sign_host
 
+from narwhal_assets.ssh.transport import Connector, HostAccess
 from narwhal_assets.ssh.trust import (
     HostKey,
     HostKeyChanged,
@@ -390,3 +391,25 @@ def test_a_ca_trusted_host_offering_its_plain_key_is_refused_naming_the_ca_line(
         with pytest.raises(HostKeyUnknown, match=r"line 2 trusts a certificate authority .* no certificate signed"):
             KnownHostsStore(path).verify("h", "localhost", 22, presented, mode)
     assert path.read_bytes() == b"# CA\n" + line("@cert-authority localhost", lab.keys.ca.line)
+
+
+@pytest.mark.parametrize("name", [n for n, case in CASES.items() if case.server != "ed25519"])
+def test_the_transport_itself_is_presented_what_openssh_is_and_reaches_its_verdict(
+    lab: Lab, name: str, tmp_path: Path
+) -> None:
+    """The project's own connector (ssh -G resolution, its host key algorithm order, ProxyCommand to the same
+    sshd) reads the key or certificate the server presents and the store judges it as OpenSSH did: a host
+    certificate is asked for where an @cert-authority line covers the host, so an @revoked CA is seen."""
+    case = CASES[name]
+    path = tmp_path / "known_hosts"
+    path.write_bytes(case.store(lab.keys))
+    config = tmp_path / "ssh_config"
+    alias = f"  HostKeyAlias {case.alias}\n" if case.alias else ""
+    config.write_text(f"Host target\n  HostName {case.host}\n  Port {case.port}\n  ProxyCommand "
+                      f"{lab.proxies[case.server]}\n{alias}")  # fmt: skip
+    store = KnownHostsStore(path)
+    connector = Connector(store=store, mode=TrustMode.STRICT, ssh_config=config)
+    endpoint, presented = connector.presented_key(HostAccess("h", "NARWHAL_NODE_1_SSH", "target"))
+    verdict, _ = _store_verdict(store, Case(case.store, case.expected, endpoint.host, endpoint.port, case.server,
+                                            endpoint.host_key_alias), presented)  # fmt: skip
+    assert verdict == lab.openssh[name]
