@@ -44,6 +44,7 @@ from narwhal_assets.host import program_source
 from narwhal_assets.ssh import identities
 from narwhal_assets.ssh.destination import Endpoint, resolve_endpoint
 from narwhal_assets.ssh.parallel import over_hosts
+from narwhal_assets.ssh.pipelined import exec_without_waiting
 from narwhal_assets.ssh.proxy import ProxyCommand
 from narwhal_assets.ssh.resolver import config_label
 from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode, Verdict
@@ -244,7 +245,7 @@ class HostConnection:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._failure(self._lost() or f"{label}: cannot open a session: {_describe(exc)}") from None
         try:
-            channel.exec_command(guarded(command, limit + GUARD_GRACE_S))
+            exec_without_waiting(channel, guarded(command, limit + GUARD_GRACE_S))  # its input follows at once
             outcome = _exchange(channel, stdin or b"", started + limit, self.output_limit)
             rc = channel.recv_exit_status() if outcome.ended == "exited" else -1
         except (paramiko.SSHException, OSError, EOFError) as exc:
