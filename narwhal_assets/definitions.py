@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import dagster as dg
@@ -19,7 +20,7 @@ from narwhal_assets.defs.discovery.inventory import host_inventory
 from narwhal_assets.defs.installation.assets import host_installation, install_job
 from narwhal_assets.defs.installation.checks import installation_outdated_sensor, installed_from_latest_manifest
 from narwhal_assets.defs.installation.status import live_matches_installed
-from narwhal_assets.defs.names import DISCOVERY_JOB, PREPARE_JOB
+from narwhal_assets.defs.names import DISCOVERY_JOB, OWNERS, PREPARE_JOB
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings, default_root
 from narwhal_assets.defs.schedules import reverify_installed_hosts, weekly_full_rehash
 from narwhal_assets.defs.sensors import inventory_sensor, rediscovery_sensor
@@ -34,7 +35,13 @@ os.umask(0o077)
 scrub_access_variables(os.environ, Path(default_root()))
 
 DISCOVERY_ASSETS = [host_inventory, host_discovery, discovered_config]
-ALL_ASSETS = [*DISCOVERY_ASSETS, prepare_deployment, host_installation]
+# Every asset says who owns it and links to its code (the UI's "Source" link): set here once for all of them.
+with warnings.catch_warnings():  # code references are Dagster's beta API; a warning on every load is noise
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    ALL_ASSETS = dg.with_source_code_references(dg.map_asset_specs(
+        lambda spec: spec.replace_attributes(owners=OWNERS),
+        [*DISCOVERY_ASSETS, prepare_deployment, host_installation],
+    ))  # fmt: skip
 ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     known_hosts_cover_inventory,
     checkpoint_replicas_agree,

@@ -101,3 +101,14 @@ def test_the_main_job_covers_the_discovery_group() -> None:
         "host_inventory", "ssh_known_hosts", "host_observations", "checkpoint_digests",
         "deployment_env", "engine_launch_records", "fleet", "profiling_limits",
     }  # fmt: skip
+
+
+def test_every_asset_has_its_owner_and_a_link_to_its_code_and_loading_warns_of_nothing() -> None:
+    from narwhal_assets.defs.names import OWNERS
+
+    for spec in defs.resolve_all_asset_specs():
+        assert list(spec.owners) == OWNERS, spec.key
+        assert "dagster/code_references" in spec.metadata, spec.key
+    loaded = subprocess.run([sys.executable, "-W", "error", "-c", "import narwhal_assets.definitions"],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+    assert loaded.returncode == 0 and not loaded.stderr, loaded.stderr[-2000:]

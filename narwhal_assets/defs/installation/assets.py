@@ -29,7 +29,7 @@ from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.defs.installation.checks import evaluate_installed
 from narwhal_assets.defs.installation.prepared import checked_prepared_run
 from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, INSTALLATION
-from narwhal_assets.defs.names import COMMAND_TAG, HOST_POOL, INSTALL_JOB, OWNERS
+from narwhal_assets.defs.names import COMMAND_TAG, HOST_POOL, INSTALL_JOB
 from narwhal_assets.defs.partitions import host_partitions
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
 from narwhal_assets.ssh.trust import TrustMode
@@ -68,7 +68,6 @@ with warnings.catch_warnings():
         group_name=GROUP,
         kinds={"ssh"},
         pool=HOST_POOL,
-        owners=OWNERS,
         description="`~/Narwhal-deploy/<deployment id>/` on each host of the run, made current as one fleet "
         "operation (lease, stage everywhere, then activate); docs/install.md",
     )
