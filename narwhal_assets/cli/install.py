@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE  # the standard library only: --help stays fast
 
 if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast --help)
     from dagster import DagsterInstance
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast 
     from narwhal_assets.workflows.rollout import Progress
 
 EXIT_FAILED = 1
-DEFAULT_PARALLEL = 32  # workflows.rollout.DEFAULT_PARALLEL, spelled here so --help needs no import
+DEFAULT_PARALLEL = HOSTS_AT_ONCE
 ACTIVATE_CHOICES = ("all", "each", "none")
 
 

@@ -37,7 +37,7 @@ from narwhal_assets.protocols.lease import (
     parse_lease_report,
 )
 from narwhal_assets.ssh.access import host_access
-from narwhal_assets.ssh.parallel import over_hosts
+from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE, over_hosts
 from narwhal_assets.ssh.transport import Connector, HostConnection
 from narwhal_assets.workflows.pool import ConnectionPool
 
@@ -51,7 +51,7 @@ DEFAULT_LEASE_S = 600.0
 LEASE_BOUNDS = (2.0, 86400.0)
 RENEW_FRACTION = 3  # each host's lease is renewed once a third of it has passed
 MESSAGE_LIMIT = 512  # bytes of `--message`; one line (docs/install.md)
-PARALLEL = 8
+PARALLEL = HOSTS_AT_ONCE
 
 
 class LeaseError(NarwhalError):

@@ -36,7 +36,7 @@ from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.protocols.install import Gate, InstallReport
 from narwhal_assets.protocols.lease import LeaseHolder
-from narwhal_assets.ssh.parallel import over_hosts
+from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE, over_hosts
 from narwhal_assets.ssh.transport import Connector
 from narwhal_assets.workflows.install import (
     HostOutcome,
@@ -55,11 +55,7 @@ from narwhal_assets.workflows.pool import ConnectionPool
 ActivatePolicy = Literal["all", "each", "none"]
 T = TypeVar("T")
 R = TypeVar("R")
-# Hosts worked on at once. A host's own install (clone, venv, package install: tens of seconds) dominates a
-# first install; the workstation spends about 20 ms of CPU, one connection and two threads per host at a time,
-# so 32 at once keeps it under one core and about 100 MB while a 1,000-host fleet installs in about
-# 1,000 / 32 host-install times (docs/scale.md).
-DEFAULT_PARALLEL = 32
+DEFAULT_PARALLEL = HOSTS_AT_ONCE
 
 
 class LeaseConflict(LeaseError):
