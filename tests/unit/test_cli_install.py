@@ -26,7 +26,7 @@ def test_install_refuses_bad_options_before_anything(
 ) -> None:
     root = tmp_path / "checkout"  # no checkout at all: the options are refused before one is read
     rc = main(["--root", str(root), "install", "--run", str(tmp_path / "run"), *args])
-    out, err = capsys.readouterr()
+    _, err = capsys.readouterr()
     assert rc == 2 and said in err and "Traceback" not in err, err
     assert not root.exists() and not (tmp_path / "run").exists()
 
