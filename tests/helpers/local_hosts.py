@@ -113,9 +113,9 @@ def local_fleet(tmp_path: Path, count: int, order: list[int] | None = None) -> L
         hosts.append(ManifestHost(id=entry.id, ssh_env=entry.ssh_env, roles=entry.roles, destination_sha256="0" * 64,
                                   host_key_fingerprints=[FINGERPRINT], files=[_pinned(path, role,
                                   f"runs/deployment/.env.{entry.roles[0]}")]))  # fmt: skip
-    manifest = DeploymentManifest(revision=revision, deployment_id=DEPLOYMENT, remote_dir=f"Narwhal-deploy/{DEPLOYMENT}",
-                                  created_at="2026-12-04T00:00:00Z", bundle=_pinned("source.bundle", bundle, None),
-                                  hosts=hosts)  # fmt: skip
+    manifest = DeploymentManifest(revision=revision, deployment_id=DEPLOYMENT, created_at="2026-12-04T00:00:00Z",
+                                  remote_dir=f"Narwhal-deploy/{DEPLOYMENT}", hosts=hosts,
+                                  bundle=_pinned("source.bundle", bundle, None))  # fmt: skip
     homes = {e.id: tmp_path / "homes" / e.id for e in entries}
     for home in homes.values():
         home.mkdir(parents=True)
