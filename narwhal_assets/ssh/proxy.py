@@ -55,6 +55,8 @@ class ProxyCommand:
     def describe(self) -> str:
         """`ProxyCommand exited 255: <its last stderr line>`, or `ProxyCommand running` (for messages)."""
         rc = self.process.poll()
+        if rc is not None:  # it exited: what it printed is read to its end (unless a child still holds the pipe)
+            self._reader.join(GRACE_S)
         state = "ProxyCommand running" if rc is None else f"ProxyCommand exited {rc}"
         lines = [line for line in self.stderr().splitlines() if line.strip()]
         return state + (f": {printable(lines[-1], 200)}" if lines else "")
