@@ -58,6 +58,9 @@ HOST_FILES = {
 SYSFS_NET = "/sys/class/net"
 SYSFS_INFINIBAND = "/sys/class/infiniband"
 CONFIG_FILE = "config.json"
+# Hugging Face hub download metadata (`.cache/huggingface/` at the top of a model directory) records when and
+# how a replica was fetched, not what it serves: outside the tree digest, as the serving fleet's own.
+EXCLUDED_PATH = ".cache/huggingface"
 CONFIG_LIMIT = 4 << 20
 
 if TYPE_CHECKING:  # annotations only: hosts may run Python 3.8
@@ -288,7 +291,7 @@ def scan_tree(root: str) -> tuple[list[tuple[str, str]], list[str]]:
     """(relative POSIX path, absolute path) of every file under root, plus every problem.
 
     Names and entry types come from the directory listing alone (no stat per file: the workers take it
-    in parallel). Every name counts, dot-files included: the digest is defined by `find`, which skips none.
+    in parallel). Every name counts, dot-files included, except the hub metadata under EXCLUDED_PATH.
     """
     files: list[tuple[str, str]] = []
     problems: list[str] = []
@@ -308,6 +311,8 @@ def scan_tree(root: str) -> tuple[list[tuple[str, str]], list[str]]:
             problems.append(f"{directory}: {exc.strerror or exc}")
             continue
         for entry in listed:
+            if prefix + entry.name == EXCLUDED_PATH:
+                continue
             try:
                 if not rel_dir and entry.name == "-":
                     raise TreeError(f"{entry.path}: a top-level file named '-' is read as stdin by sha256sum")

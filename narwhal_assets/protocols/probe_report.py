@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import (
     CheckpointDigest,
     CheckpointFile,
@@ -367,16 +367,17 @@ def _model(
     if not isinstance(config, str) or not SHA256_RE.fullmatch(config):
         problems.append(f"checkpoint {engine}: config.json sha256 missing")
     counts = {key: _counter(engine, result, key, problems) for key in ("bytes_hashed", "bytes_reused", "files_reused")}
-    tree = previous.tree_sha256 if previous is not None and files is previous.files else ""
+    reused = previous is not None and files is previous.files
+    tree = previous.tree_sha256 if reused and previous is not None else ""
     try:
         tree = tree or tree_digest(files)
     except ValueError as exc:
         problems.append(f"checkpoint {engine}: {exc}")
     if problems:
         return None, problems
-    digest = CheckpointDigest(
-        engine=engine, host_id=host_id, model_dir=str(model_dir), files=files, tree_sha256=tree, **counts
-    )
+    fleet_tree = (previous.model_tree_sha256 if reused and previous is not None else None) or model_tree_digest(files)
+    digest = CheckpointDigest(engine=engine, host_id=host_id, model_dir=str(model_dir), files=files,
+                              tree_sha256=tree, model_tree_sha256=fleet_tree, **counts)  # fmt: skip
     return digest, []
 
 
@@ -416,6 +417,7 @@ def parse_models(
                 model_dir=digest.model_dir,
                 config_sha256=str(result["config_sha256"]),
                 tree_sha256=digest.tree_sha256,
+                model_tree_sha256=digest.model_tree_sha256,
                 file_count=len(digest.files),
                 config=config,
             )

@@ -39,12 +39,13 @@ from helpers.fleet_checkout import (
     WEIGHTS,
     make_checkout,
 )
+from helpers.readme import tree_digest_command
 
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.local.checkpoint_store import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
-TREE_SCRIPT = "cd \"$1\" && find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum --"
+TREE_SCRIPT = 'cd "$1" && ' + tree_digest_command().removesuffix(" | sha256sum")
 GENERATED = ("deployment.env", "engine-launch.local.json", "engine-launch.sources.json", "fleet.json",
              "hosts.local.json", "ssh.known_hosts", "profiling-limits.json")  # fmt: skip
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.readme import tree_digest_command
 
-from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import CheckpointFile
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.host import probe as probe_module
@@ -33,7 +34,7 @@ NVIDIA_FIXTURE = FIXTURES / "nvidia-smi-query-h200x8.csv"
 IP_FIXTURE = FIXTURES / "ip-json-address.json"
 DOCKER_FIXTURE = FIXTURES / "docker-image-inspect.json"
 IMAGE = "registry.example.com/narwhal/engine:2026.11.1"
-SHELL_TREE_DIGEST = "find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum -- | sha256sum"
+SHELL_TREE_DIGEST = tree_digest_command()
 MIB = 1024 * 1024
 
 
@@ -187,6 +188,8 @@ def test_incremental_rehash_reuses_unchanged_files_over_the_wire(
     assert unchanged["engine-1"].bytes_reused == total
     assert unchanged["engine-1"].files == first["engine-1"].files
     assert unchanged["engine-1"].tree_sha256 == first["engine-1"].tree_sha256
+    assert unchanged["engine-1"].model_tree_sha256 == first["engine-1"].model_tree_sha256
+    assert first["engine-1"].model_tree_sha256 == model_tree_digest(first["engine-1"].files)
 
     touched = model_dir / "model-00002-of-00002.safetensors"
     stat = touched.stat()
@@ -212,6 +215,18 @@ def test_dot_files_and_dot_directories_are_hashed_like_find_does(model_dir: Path
     tree = probe_module.hash_tree(str(model_dir))
     assert {".hidden", "tokenizer/.cache/x"} <= {f["path"] for f in tree["files"]}
     assert tree_sha256(tree) == shell_tree_digest(model_dir) and tree["problems"] == []
+
+
+def test_hub_download_metadata_is_not_part_of_the_tree(model_dir: Path) -> None:
+    """A replica fetched later has other `.cache/huggingface/` files: its digest must still agree."""
+    before = probe_module.hash_tree(str(model_dir))
+    hub = model_dir / ".cache" / "huggingface" / "download"
+    hub.mkdir(parents=True)
+    (hub / "model.safetensors.metadata").write_text("etag\n2025-11-30T10:00:00\n")
+    after = probe_module.hash_tree(str(model_dir))
+    assert [f["path"] for f in after["files"]] == [f["path"] for f in before["files"]]
+    assert tree_sha256(after) == tree_sha256(before) == shell_tree_digest(model_dir)
+    assert after["problems"] == []
 
 
 def test_worker_processes_hash_many_small_files_like_sha256sum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -82,6 +82,9 @@ class CheckpointDigest(Record):
     model_dir: str
     files: list[CheckpointFile]
     tree_sha256: str
+    # The serving fleet's digest of the same files (`core.discovery.digests.model_tree_digest`); None in
+    # records written before it was recorded.
+    model_tree_sha256: str | None = None
     bytes_hashed: int
     bytes_reused: int
     files_reused: int
@@ -109,6 +112,7 @@ class CheckpointRecord(Record):
     host_id: str
     model_dir: str
     tree_sha256: str
+    model_tree_sha256: str | None = None
     file_count: int
     files_object: str = Field(pattern=r"^[0-9a-f]{64}$")
     bytes_hashed: int
@@ -122,6 +126,7 @@ class ModelObservation(Record):
     model_dir: str
     config_sha256: str
     tree_sha256: str
+    model_tree_sha256: str | None = None
     file_count: int
     config: dict[str, Any] = Field(default_factory=dict)
 
