@@ -40,8 +40,10 @@ from narwhal_assets.runtime.runner import operator_instance
 from narwhal_assets.ssh.trust import KnownHostsStore
 
 TOOLS = ("launch_engine.py", "fabric_budget.py", "cache_capture_hook.py")
-TOOL_VARS = {"launch_engine.py": "NARWHAL_ENGINE_LAUNCHER", "fabric_budget.py": "NARWHAL_FABRIC_BUDGET_TOOL",
-             "cache_capture_hook.py": "NARWHAL_CACHE_CAPTURE_HOOK"}  # fmt: skip
+# Each tool's path variable and its SHA-256 companion, as the serving fleet's engine-host checks name them.
+TOOL_VARS = {"launch_engine.py": ("NARWHAL_ENGINE_LAUNCHER", "NARWHAL_ENGINE_LAUNCHER_SHA256"),
+             "fabric_budget.py": ("NARWHAL_FABRIC_BUDGET_TOOL", "NARWHAL_FABRIC_BUDGET_SHA256"),
+             "cache_capture_hook.py": ("NARWHAL_CACHE_CAPTURE_HOOK", "NARWHAL_CACHE_CAPTURE_HOOK_SHA256")}  # fmt: skip
 ENGINE_FIELDS = ("ENGINE_IMAGE", "ENGINE_MODEL_NAME", "MODEL_DIR", "RUN_DIR", "MODEL_CONFIG_SHA256", "FABRIC_INTERFACE",
                  "ENGINE_PORT", "ATTEST_PORT", "NIXL_SIDE_CHANNEL_PORT", "UCX_TCP_PORT_RANGE")  # fmt: skip
 API_KEY = "engine-key 'with' $(quotes) `and` \"more\"\nsecond line ü"
@@ -125,10 +127,10 @@ def test_prepare_writes_the_layout_from_the_fleets_truth(
         }  # fmt: skip
         peers = {f"NARWHAL_NODE_{m}_IP": fleet.host(other).fabric_address for m, other in ENGINE_HOSTS.items()}
         tools = {}
-        for tool, variable in TOOL_VARS.items():
+        for tool, (variable, digest) in TOOL_VARS.items():
             data = resources.files("narwhal_assets.host.tools").joinpath(tool).read_bytes()
             assert files[f"{host_id}/{tool}"] == data
-            tools |= {variable: f"runs/deployment-tools/{tool}", f"{variable}_SHA256": hashlib.sha256(data).hexdigest()}
+            tools |= {variable: f"runs/deployment-tools/{tool}", digest: hashlib.sha256(data).hexdigest()}
         assert env == {
             **shared, **peers, **tools, "NARWHAL_DEPLOYMENT_REVISION": revision,
             f"NARWHAL_NODE_{n}_URL": f"http://{host.fabric_address}:8000",

@@ -126,7 +126,7 @@ def test_engine_exports_shared_fields_overrides_peers_credential_and_tools() -> 
         "NARWHAL_ENGINE_LAUNCH_CONFIG": "config/engine-launch.engine-2.json",
         "NARWHAL_ENGINE_LAUNCHER": "runs/deployment-tools/launch_engine.py", "NARWHAL_ENGINE_LAUNCHER_SHA256": "1" * 64,
         "NARWHAL_FABRIC_BUDGET_TOOL": "runs/deployment-tools/fabric_budget.py",
-        "NARWHAL_FABRIC_BUDGET_TOOL_SHA256": "2" * 64,
+        "NARWHAL_FABRIC_BUDGET_SHA256": "2" * 64,
         "NARWHAL_CACHE_CAPTURE_HOOK": "runs/deployment-tools/cache_capture_hook.py",
         "NARWHAL_CACHE_CAPTURE_HOOK_SHA256": "3" * 64,
     }  # fmt: skip

@@ -33,11 +33,18 @@ REMOTE_ENV_DIR = "runs/deployment"
 REMOTE_TOOLS_DIR = "runs/deployment-tools"
 REMOTE_FLEET = f"{REMOTE_ENV_DIR}/fleet.json"
 ROUTER_OPTIONAL = ("NARWHAL_ROUTER_URL", "NARWHAL_GRAFANA_BIND_ADDRESS", "NARWHAL_PROMETHEUS_LISTEN_ADDRESS")
-# Role-file variable -> the engine-host tool snapshot it points at (with a `<variable>_SHA256` companion).
+# Role-file variable -> the engine-host tool snapshot it points at.
 TOOLS = {
     "NARWHAL_ENGINE_LAUNCHER": "launch_engine.py",
     "NARWHAL_FABRIC_BUDGET_TOOL": "fabric_budget.py",
     "NARWHAL_CACHE_CAPTURE_HOOK": "cache_capture_hook.py",
+}
+# Each snapshot's SHA-256 companion, named as the serving fleet's engine-host checks read it (the fabric
+# tool's is `NARWHAL_FABRIC_BUDGET_SHA256`, not `<variable>_SHA256`).
+TOOL_DIGESTS = {
+    "NARWHAL_ENGINE_LAUNCHER": "NARWHAL_ENGINE_LAUNCHER_SHA256",
+    "NARWHAL_FABRIC_BUDGET_TOOL": "NARWHAL_FABRIC_BUDGET_SHA256",
+    "NARWHAL_CACHE_CAPTURE_HOOK": "NARWHAL_CACHE_CAPTURE_HOOK_SHA256",
 }
 SOURCES_SCHEMA = "narwhal.role-environment-sources"
 
@@ -208,7 +215,7 @@ class _Collector:
         self.fixed("NARWHAL_ENGINE_LAUNCH_CONFIG", f"config/{self.role.launch_file}", "the engine's launch record")
         for variable, tool in TOOLS.items():
             self.fixed(variable, f"{REMOTE_TOOLS_DIR}/{tool}", f"snapshot of narwhal_assets/host/tools/{tool}")
-            self.fixed(f"{variable}_SHA256", self.inputs.tool_sha256[tool], f"SHA-256 of the {tool} snapshot")
+            self.fixed(TOOL_DIGESTS[variable], self.inputs.tool_sha256[tool], f"SHA-256 of the {tool} snapshot")
 
     def revision(self) -> None:
         found = self.inputs.settings.lookup(REVISION)
