@@ -484,6 +484,7 @@ def _write_host_files(host: SimHost) -> None:
     hardware.write_tools(host.hostdir / "bin", host.gpus, images)
     if host.rdma:
         hardware.write_infiniband(host.hostdir / "infiniband")
+        hardware.write_rdma_devices(host.hostdir / "dev-infiniband")
     config = host.keys_dir / "sshd_config"
     config.write_text(_sshd_config(host), encoding="utf-8")
     config.chmod(0o600)
