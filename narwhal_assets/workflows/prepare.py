@@ -34,7 +34,7 @@ from narwhal_assets.core.deployment.prepare_inputs import (
     private_tree_paths,
 )
 from narwhal_assets.core.deployment.role_env import REVISION, TOOLS, ExportInputs, build_role_environments, role_sources
-from narwhal_assets.core.discovery.manifest import DiscoveryManifest, generated_paths
+from narwhal_assets.core.discovery.manifest import CONFIG_FORMAT, DiscoveryManifest, generated_paths
 from narwhal_assets.core.errors import InputError, Problems, raise_if
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Settings
@@ -132,6 +132,10 @@ def _discovery_run(settings: Settings, inventory: Inventory) -> Path:
         manifest = DiscoveryManifest.load(latest.run_dir)
     except InputError as exc:
         raise InputError([f"{problem}; {REDISCOVER}" for problem in exc.problems]) from None
+    if manifest.config_format != CONFIG_FORMAT:
+        found = manifest.config_format
+        raise InputError([f"discovery run {latest.run_dir}: config set discovered with format {found}, re-run "
+                          f"discover (this version prepares format {CONFIG_FORMAT}: `deploy-hosts discover`)"])
     if manifest.inputs_sha256 != discovery_inputs_digest(settings, inventory):
         changed = changed_inputs(manifest.inputs, settings, inventory) if manifest.inputs else []
         if changed:  # else a run from before per-input digests

@@ -262,6 +262,9 @@ def digest(dotenv: dict[str, str] | None = None, inventory: Inventory = INVENTOR
         {"NARWHAL_FLEET": "config/other-fleet.json"},
         {"NARWHAL_SSH_CONFIG": "/etc/other-ssh-config"},
         {"NARWHAL_NODE_3_SSH": "third-host"},
+        {"NARWHAL_NODE_1_URL": "http://override:8000"},  # discovery checks these and records them
+        {"NARWHAL_NODE_2_IP": "10.0.0.9"},
+        {"NARWHAL_NODE_2_ATTESTATION_URL": "http://override:8001/v1/attestation"},
     ],
 )
 def test_discovery_inputs_digest_changes_with_each_discovery_input(change: dict[str, str]) -> None:
@@ -275,7 +278,6 @@ def test_discovery_inputs_digest_changes_with_each_discovery_input(change: dict[
         {"NARWHAL_NODE_2_SSH_PASSWORD": "rotated"},
         {"NARWHAL_ENGINE_API_KEY": "another key"},
         {"NARWHAL_ROUTER_URL": "http://router:1"},
-        {"NARWHAL_NODE_1_URL": "http://override:1"},
         {"NARWHAL_DEPLOYMENT_ENV_DIR": "elsewhere"},
         {"NARWHAL_ROOT": "/somewhere"},
         {"PATH": "/usr/bin"},
