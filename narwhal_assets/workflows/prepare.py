@@ -166,11 +166,12 @@ def _plan(settings: Settings, inventory: Inventory, revision: str, run: Path) ->
     raise_if(problems)
     tools = {name: resources.files(TOOLS_PACKAGE).joinpath(name).read_bytes() for name in TOOLS.values()}
     observations = {n: str(run / f"{entry.id}.json") for entry in inventory.hosts for n in entry.engine_numbers()}
-    environments = build_role_environments(ExportInputs(
+    inputs = ExportInputs(
         settings=settings, inventory=inventory, fleet=fleet, revision=revision,
         tool_sha256={name: hashlib.sha256(data).hexdigest() for name, data in tools.items()},
-        observations=observations,
-    ))  # fmt: skip
+        observations=observations, salt=secrets.token_hex(32),
+    )  # fmt: skip
+    environments = build_role_environments(inputs)
     published = PublishedSet(
         launch=launch,
         fleet_bytes=settings.fleet_path.read_bytes(),
@@ -186,7 +187,7 @@ def _plan(settings: Settings, inventory: Inventory, revision: str, run: Path) ->
         if pins and files is not None:
             hosts.append(_Host(entry, pins[0], pins[1], files))
     raise_if(problems)
-    sources = render_json(role_sources(revision, environments)).encode("utf-8")
+    sources = render_json(role_sources(inputs, environments)).encode("utf-8")
     return _Plan(revision, hosts, sources, run)
 
 

@@ -8,7 +8,7 @@ Every problem of every engine is reported in one pass.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -52,6 +52,7 @@ __all__ = [
     "ServingRole",
     "build_launch_records",
     "engine_launch_file",
+    "engines_by_host",
     "managed_environment",
     "resolve_engine_field",
 ]
@@ -126,26 +127,38 @@ def build_launch_records(
     return LaunchRecords(config, _source_index({names[n]: built[n].sources for n in names}))
 
 
-def engine_launch_file(config: EngineLaunchConfig, n: int, serving_role: ServingRole) -> EngineLaunchFile:
-    """The per-engine file shipped to engine `n`'s host; `serving_role` comes from the fleet."""
+def engine_launch_file(
+    config: EngineLaunchConfig, n: int, serving_role: ServingRole, host_engines: Sequence[str] | None = None
+) -> EngineLaunchFile:
+    """The per-engine file shipped to engine `n`'s host; `serving_role` comes from the fleet, `host_engines`
+    (every engine on that host, in order; `engines_by_host` of the config) saves a look through all records."""
     name = Role.engine(n).name
     entry = config.engines.get(name)
     if entry is None:
         raise InputError([f"config/engine-launch.local.json: engines: no record for {name}"])
+    together = host_engines if host_engines is not None else engines_by_host(config)[entry.host_id]
     return EngineLaunchFile.model_validate({
         **entry.model_dump(), "role": name, "iid": Role.engine(n).iid, "serving_role": serving_role,
-        "environment": managed_environment(config, name),
+        "environment": managed_environment(config, name, together),
         "vllm_args": ["--tensor-parallel-size", str(entry.tensor_parallel_size)],
     })  # fmt: skip
 
 
-def managed_environment(config: EngineLaunchConfig, name: str) -> dict[str, str]:
+def engines_by_host(config: EngineLaunchConfig) -> dict[str, list[str]]:
+    """Host id -> the engines it runs, in record order."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for name, entry in config.engines.items():
+        found[entry.host_id].append(name)
+    return found
+
+
+def managed_environment(config: EngineLaunchConfig, name: str, host_engines: Sequence[str]) -> dict[str, str]:
     """What the launcher sets for engine `name` from its record: GPU visibility (its own GPUs first, then those
-    of the other engines on its host, which CUDA IPC between colocated engines needs; nvidia-smi's PCI order
-    for the indices), the UCX selection and NIXL's address and side channel."""
+    of the other engines on its host, `host_engines`, which CUDA IPC between colocated engines needs;
+    nvidia-smi's PCI order for the indices), the UCX selection and NIXL's address and side channel."""
     entry = config.engines[name]
-    peers = [gpu for other, e in config.engines.items() if other != name and e.host_id == entry.host_id
-             for gpu in e.gpu_ids if gpu not in entry.gpu_ids]  # fmt: skip
+    peers = [gpu for other in host_engines if other != name for gpu in config.engines[other].gpu_ids
+             if gpu not in entry.gpu_ids]  # fmt: skip
     return {
         "CUDA_VISIBLE_DEVICES": ",".join(dict.fromkeys([*entry.gpu_ids, *peers])),
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
