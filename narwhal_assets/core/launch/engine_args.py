@@ -118,7 +118,7 @@ def parse_extra_args(resolved: Resolved, n: int) -> tuple[str, ...]:
             problems.append(f"{where}: flag {word} is not allowed (the serving fleet's launcher accepts "
                             f"{', '.join(sorted(VALUE_FLAGS | BARE_FLAGS))})")  # fmt: skip
         else:
-            problems.append(f"{where}: {printable_word(word)} follows no option that takes a value")
+            problems.append(f"{where}: {_printable_word(word)} follows no option that takes a value")
         index += 1
     if problems:
         raise InputError(problems)
@@ -163,7 +163,7 @@ def environment_problems(environment: dict[str, str], n: int) -> list[str]:
             if (problem := env_name_problem(name)) is not None]
 
 
-def printable_word(word: str) -> str:
+def _printable_word(word: str) -> str:
     """A word for an error line: short ones as written, long ones cut (they may be a pasted secret)."""
     return repr(word) if len(word) <= 24 and word.isprintable() else "a word"
 
