@@ -5,7 +5,11 @@
 that host's images (`hardware.docker_config`: each image's inspect object and its JSON text, rendered once
 on the workstation). `image inspect` prints what the real CLI prints (the shape of Docker 28 output,
 including the `[]` plus daemon error for a missing image); `run` records its argv as one JSON line in
-`~/.fake-docker-runs.jsonl` so launcher tests can read what would have been started.
+`~/.fake-docker-runs.jsonl` so launcher tests can read what would have been started. A `run` of a local
+image with `--entrypoint python3 IMAGE -c PROGRAM ARGS...` (how discovery reads an image's package versions;
+it leaves nothing running, so it is not recorded) really runs PROGRAM, under the host's python3 with the
+image's packages installed as metadata only (`<name>-<version>.dist-info/METADATA`, all that
+`importlib.metadata` reads); a run of an image that is not local fails as `--pull never` makes docker fail.
 Standard library only: it runs under the host's system python3, not the workstation virtualenv.
 Every probe runs it, and on the simulated fleet all hosts share the workstation's CPUs, so it starts
 isolated (`-IS`) and imports `json` and `re` only on the paths that need them: the probe's plain
@@ -21,10 +25,13 @@ TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing`
 if TYPE_CHECKING:
     from typing import Any
 
-CONFIG: dict[str, Any] = {"images": [], "inspect_json": []}  # fleetsim: host config
+CONFIG: dict[str, Any] = {"images": [], "inspect_json": [], "packages": []}  # fleetsim: host config
 
 VERSION_LINE = "Docker version 28.2.2, build e6534b4"
 NO_SUCH_IMAGE = "Error response from daemon: No such image: {ref}"
+RUN_NO_IMAGE = "docker: Error response from daemon: No such image: {ref}.\nSee 'docker run --help'."
+RUN_VALUE_OPTIONS = frozenset({"--name", "--network", "--ipc", "--gpus", "--entrypoint", "--pull", "--device", "-e",
+                               "--env", "-v", "--volume", "--mount", "--ulimit", "--env-file", "--security-opt"})
 RUNS_FILE = ".fake-docker-runs.jsonl"
 FIELD_TEMPLATE = r"\{\{\s*(json\s+)?\.([A-Za-z]*)\s*\}\}"
 INDEX_TEMPLATE = r"\{\{\s*index\s+\.([A-Za-z]+)\s+([0-9]+)\s*\}\}"
@@ -134,6 +141,33 @@ def record_run(args: list[str]) -> Result:
     return 0, container + "\n" if detached else "", ""
 
 
+def run_program(args: list[str]) -> Result | None:
+    """`run ... --entrypoint python3 IMAGE -c PROGRAM ARGS...`: PROGRAM's own result; None for other runs."""
+    options, i = {}, 0
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] in RUN_VALUE_OPTIONS and i + 1 < len(args):
+            options[args[i]], i = args[i + 1], i + 2
+        else:
+            i += 1
+    if options.get("--entrypoint") != "python3" or args[i + 1 : i + 2] != ["-c"] or len(args) < i + 3:
+        return None
+    index = find_image(args[i])
+    if index is None:
+        return 125, "", RUN_NO_IMAGE.format(ref=familiar(args[i])) + "\n"
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="fake-image-") as site:
+        for name, version in sorted(CONFIG["packages"][index].items()):
+            info = os.path.join(site, f"{name.replace('-', '_')}-{version}.dist-info")
+            os.mkdir(info)
+            with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as handle:
+                handle.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        done = subprocess.run([sys.executable, "-s", "-S", "-c", args[i + 2], *args[i + 3 :]], capture_output=True,
+                              text=True, env={"PYTHONPATH": site, "LC_ALL": "C"}, check=False)  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
 def main(argv: list[str]) -> Result:
     """Exit status, stdout and stderr for one invocation (kept pure-ish so unit tests can call it)."""
     if argv in (["--version"], ["-v"]):
@@ -143,7 +177,7 @@ def main(argv: list[str]) -> Result:
     if argv[:1] == ["inspect"]:
         return image_inspect(argv[1:])
     if argv[:1] == ["run"]:
-        return record_run(argv[1:])
+        return run_program(argv[1:]) or record_run(argv[1:])
     command = argv[0] if argv else ""
     return 1, "", f"docker: unknown command: docker {command}\n\nRun 'docker --help' for more information\n"
 

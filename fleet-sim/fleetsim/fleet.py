@@ -489,6 +489,7 @@ def _write_host_files(host: SimHost) -> None:
     hardware.write_tools(host.hostdir / "bin", host.gpus, images)
     if host.rdma:
         hardware.write_infiniband(host.hostdir / "infiniband")
+        hardware.write_rdma_devices(host.hostdir / "dev-infiniband")
     if host.trusted_user_ca is not None:
         (host.keys_dir / TRUSTED_USER_CA).write_text(host.trusted_user_ca.strip() + "\n", encoding="ascii")
     config = host.keys_dir / "sshd_config"

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, NamedTuple
 
 DEFAULT_GPU_NAME = "NVIDIA H200"
 DEFAULT_GPU_MEMORY_MIB = 143771
 DEFAULT_IMAGE_REF = "narwhal/inference-engine:2025.11"
+# What `importlib.metadata` finds inside the default engine image: the packages the launcher pins.
+DEFAULT_PACKAGES = {"vllm": "0.11.0", "nixl": "0.6.1", "torch": "2.8.0"}
 DRIVER_VERSION = "580.159.04"  # as on the H200 of tests/fixtures/h200-capture
 CUDA_VERSION = "13.0"
 # PCI bus ids of the eight GPUs on an HGX H200 baseboard, in nvidia-smi's spelling.
@@ -24,6 +28,8 @@ HGX_BUS_IDS = (
 )  # fmt: skip
 # sysfs attribute files of one active NDR InfiniBand port, byte for byte.
 IB_PORT_FILES = {"state": "4: ACTIVE\n", "link_layer": "InfiniBand\n", "rate": "400 Gb/sec (4X NDR)\n"}
+UVERBS_MAJOR = 231  # ib_uverbs' character-device major; minors start at 192
+RDMA_CM_MINOR = 58  # rdma_cm is a misc device (major 10); its minor is dynamic, 58 on a common kernel
 TOOL_TEMPLATES = {"nvidia-smi": "fake_nvidia_smi.py", "docker": "fake_docker.py"}
 _CONFIG_LINE_PREFIX = "CONFIG: dict[str, Any] = "
 
@@ -102,9 +108,11 @@ def render_tool(tool: str, config: dict[str, Any]) -> str:
     return "".join(lines)
 
 
-def docker_config(images: list[dict[str, Any]]) -> dict[str, Any]:
-    """The fake docker's CONFIG: the inspect objects and each one's `docker image inspect` JSON text."""
-    return {"images": images, "inspect_json": [json.dumps(image, indent=4, ensure_ascii=False) for image in images]}
+def docker_config(images: list[dict[str, Any]], packages: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """The fake docker's CONFIG: the inspect objects, each one's `docker image inspect` JSON text, and the
+    package versions installed in each image (default DEFAULT_PACKAGES)."""
+    return {"images": images, "inspect_json": [json.dumps(image, indent=4, ensure_ascii=False) for image in images],
+            "packages": packages if packages is not None else [dict(DEFAULT_PACKAGES) for _ in images]}  # fmt: skip
 
 
 def write_tools(bin_dir: Path, gpus: list[FakeGpu], images: list[dict[str, Any]]) -> None:
@@ -123,14 +131,33 @@ def write_tools(bin_dir: Path, gpus: list[FakeGpu], images: list[dict[str, Any]]
         path.chmod(0o755)
 
 
-def write_infiniband(root: Path, device: str = "mlx5_0", port: int = 1) -> None:
-    """A `/sys/class/infiniband` look-alike: `<device>/ports/<port>/{state,link_layer,rate}`."""
+def write_infiniband(root: Path, device: str = "mlx5_0", port: int = 1, verbs: int = 0) -> None:
+    """A `/sys/class/infiniband` look-alike: `<device>/ports/<port>/{state,link_layer,rate}` and the HCA's
+    verbs device `<device>/device/infiniband_verbs/uverbs<verbs>/{ibdev,dev,abi_version}`, as the kernel
+    shows them (the dev number is the ib_uverbs major 231, minor 192 + N)."""
     port_dir = root / device / "ports" / str(port)
     port_dir.mkdir(parents=True, exist_ok=True)
     for name, content in IB_PORT_FILES.items():
         (port_dir / name).write_text(content, encoding="ascii")
+    verbs_dir = root / device / "device" / "infiniband_verbs" / f"uverbs{verbs}"
+    verbs_dir.mkdir(parents=True, exist_ok=True)
+    attributes = {"ibdev": f"{device}\n", "dev": f"{UVERBS_MAJOR}:{192 + verbs}\n", "abi_version": "1\n"}
+    for name, content in attributes.items():
+        (verbs_dir / name).write_text(content, encoding="ascii")
     for path in (root, *root.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o444)
+
+
+def write_rdma_devices(root: Path, verbs: int = 0) -> None:
+    """A `/dev/infiniband` look-alike: the character devices `rdma_cm` (misc major 10) and `uverbs<verbs>`,
+    mode 0666 like udev makes them. Nothing ever opens them here; their type and numbers are what a probe sees."""
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    for name, (major, minor) in {"rdma_cm": (10, RDMA_CM_MINOR), f"uverbs{verbs}": (UVERBS_MAJOR, 192 + verbs)}.items():
+        path = root / name
+        if not path.exists():
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        path.chmod(0o666)
 
 
 def write_model(model_dir: Path, files: dict[str, bytes], config: dict[str, Any]) -> None:

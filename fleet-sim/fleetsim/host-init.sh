@@ -44,4 +44,5 @@ place "$hostdir/bin" /usr/local/bin
 place "$hostdir/models" /srv/models
 [ -d /run/sshd ] || place "$hostdir/privsep" /run/sshd
 [ ! -d "$hostdir/infiniband" ] || place "$hostdir/infiniband" /sys/class/infiniband
+[ ! -d "$hostdir/dev-infiniband" ] || place "$hostdir/dev-infiniband" /dev/infiniband
 exec /usr/sbin/sshd -D -e -f "$config"

@@ -12,8 +12,10 @@ COMMAND = "discover"
 
 def run(args: argparse.Namespace) -> int:
     from narwhal_assets.local.checkout import Checkout
+    from narwhal_assets.workflows.discover import check_discovery_inputs, operator_settings
 
-    Checkout.open(args.root)  # bad input (no .env, a broken inventory): exit 2 before any run or file
+    checkout = Checkout.open(args.root)  # bad input (no .env, a broken inventory): exit 2 before any run or file
+    check_discovery_inputs(operator_settings(checkout.settings), checkout.inventory)
     from narwhal_assets.core.display import printable
     from narwhal_assets.defs.discovery.assets import OBSERVATIONS
     from narwhal_assets.runtime.runner import run_job

@@ -30,6 +30,7 @@ SCHEMA = "narwhal.drift-probe"
 SCHEMA_VERSION = 1
 OUTPUT_LIMIT = 1 << 20
 CONFIG_FILE = "config.json"
+EXCLUDED_PATH = ".cache/huggingface"  # hub download metadata: outside the tree digest (see probe.py)
 CONFIG_LIMIT = 4 << 20
 FILE_LIMIT = 1_000_000
 COMMAND_TIMEOUT_S = 30.0
@@ -71,6 +72,8 @@ def stat_tree(root: str) -> dict[str, Any]:
             continue
         for entry in listed:
             rel = rel_dir + "/" + entry.name if rel_dir else entry.name
+            if rel == EXCLUDED_PATH:
+                continue
             try:
                 if entry.is_dir(follow_symlinks=False):
                     pending.append(rel)

@@ -57,7 +57,26 @@ HOST_FILES = {
 }
 SYSFS_NET = "/sys/class/net"
 SYSFS_INFINIBAND = "/sys/class/infiniband"
+DEV_INFINIBAND = "/dev/infiniband"  # verbs (uverbs<N>) and rdma_cm character devices an RDMA container needs
+DEV_ENTRIES_LIMIT = 256
+# Run inside the engine image (`docker run --rm --pull never --network none --entrypoint python3 IMAGE -c ...`):
+# the versions of the packages the serving fleet's launcher pins, from the image's installed metadata.
+PACKAGES = ("vllm", "nixl", "nixl-rocm", "torch")
+PACKAGES_PROGRAM = (
+    "import json, sys\n"
+    "from importlib import metadata\n"
+    "wanted = set(sys.argv[1:])\n"
+    "found = {}\n"
+    "for dist in metadata.distributions():\n"
+    "    name = (dist.metadata['Name'] or '').lower().replace('_', '-').replace('.', '-')\n"
+    "    if name in wanted:\n"
+    "        found[name] = dist.version\n"
+    "print(json.dumps(found, sort_keys=True))\n"
+)
 CONFIG_FILE = "config.json"
+# Hugging Face hub download metadata (`.cache/huggingface/` at the top of a model directory) records when and
+# how a replica was fetched, not what it serves: outside the tree digest, as the serving fleet's own.
+EXCLUDED_PATH = ".cache/huggingface"
 CONFIG_LIMIT = 4 << 20
 
 if TYPE_CHECKING:  # annotations only: hosts may run Python 3.8
@@ -214,10 +233,13 @@ def _port_key(name: str) -> tuple[int, str]:
 
 
 def rdma_ports(root: str) -> list[dict[str, Any]]:
-    """Every port under `<root>/<device>/ports/<n>` with its raw state, link layer, rate and netdevs."""
+    """Every port under `<root>/<device>/ports/<n>` with its raw state, link layer, rate, netdevs and the
+    HCA's verbs devices (`<device>/device/infiniband_verbs/uverbs<N>`, named like their /dev nodes)."""
     ports = []
     for device in _listdir(root):
         netdevs = _listdir(os.path.join(root, device, "device", "net"))
+        verbs = [name for name in _listdir(os.path.join(root, device, "device", "infiniband_verbs"))
+                 if name.startswith("uverbs")]  # fmt: skip
         ports_dir = os.path.join(root, device, "ports")
         for port in sorted(_listdir(ports_dir), key=_port_key):
             base = os.path.join(ports_dir, port)
@@ -229,9 +251,41 @@ def rdma_ports(root: str) -> list[dict[str, Any]]:
                     "link_layer": _read_stripped(os.path.join(base, "link_layer")),
                     "rate": _read_stripped(os.path.join(base, "rate")),
                     "netdevs": netdevs,
+                    "verbs": verbs,
                 }
             )
     return ports
+
+
+def character_devices(root: str) -> list[str]:
+    """Names of the character devices directly under `root` (lstat: a symlink is not a device node)."""
+    names = []
+    for name in _listdir(root)[:DEV_ENTRIES_LIMIT]:
+        try:
+            if stat.S_ISCHR(os.lstat(os.path.join(root, name)).st_mode):
+                names.append(name)
+        except OSError:
+            continue
+    return names
+
+
+def image_packages(probe: Probe, params: dict[str, Any]) -> dict[str, str] | None:
+    """Inspect the engine image; list its pinned packages by running it, unless the workstation already
+    knows them for exactly this (immutable) image id. Returns the known versions when they were reused."""
+    inspected = probe.run("docker", ["docker", "image", "inspect", params["image"]])
+    try:
+        image_id = json.loads(inspected["stdout"])[0]["Id"] if inspected["rc"] == 0 else None
+    except (ValueError, LookupError, TypeError):
+        image_id = None
+    if not isinstance(image_id, str) or image_id.startswith("-"):
+        return None  # the inspect result tells the workstation why
+    known = params["known_packages"].get(image_id)
+    if isinstance(known, dict):
+        return known
+    argv = ["docker", "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3", image_id,
+            "-c", PACKAGES_PROGRAM, *PACKAGES]  # fmt: skip
+    probe.run("docker-packages", argv)
+    return None
 
 
 # ---------------------------------------------------------------- checkpoint trees
@@ -288,7 +342,7 @@ def scan_tree(root: str) -> tuple[list[tuple[str, str]], list[str]]:
     """(relative POSIX path, absolute path) of every file under root, plus every problem.
 
     Names and entry types come from the directory listing alone (no stat per file: the workers take it
-    in parallel). Every name counts, dot-files included: the digest is defined by `find`, which skips none.
+    in parallel). Every name counts, dot-files included, except the hub metadata under EXCLUDED_PATH.
     """
     files: list[tuple[str, str]] = []
     problems: list[str] = []
@@ -308,6 +362,8 @@ def scan_tree(root: str) -> tuple[list[tuple[str, str]], list[str]]:
             problems.append(f"{directory}: {exc.strerror or exc}")
             continue
         for entry in listed:
+            if prefix + entry.name == EXCLUDED_PATH:
+                continue
             try:
                 if not rel_dir and entry.name == "-":
                     raise TreeError(f"{entry.path}: a top-level file named '-' is read as stdin by sha256sum")
@@ -788,6 +844,8 @@ def _load_params(raw: Any) -> dict[str, Any]:
         "workers": workers,
         "sysfs_net": params.get("sysfs_net") or SYSFS_NET,
         "sysfs_infiniband": params.get("sysfs_infiniband") or SYSFS_INFINIBAND,
+        "dev_infiniband": params.get("dev_infiniband") or DEV_INFINIBAND,
+        "known_packages": params.get("known_packages") or {},
     }
 
 
@@ -800,14 +858,16 @@ def collect(probe: Probe, params: dict[str, Any]) -> dict[str, Any]:
     probe.guard("ip", probe.run, "ip", IP_ARGV)
     speeds = probe.guard("link-speed", link_speeds, params["sysfs_net"])
     rdma = probe.guard("rdma", rdma_ports, params["sysfs_infiniband"])
-    if params["image"]:
-        probe.guard("docker", probe.run, "docker", ["docker", "image", "inspect", params["image"]])
+    devices = probe.guard("rdma", character_devices, params["dev_infiniband"])
+    known = probe.guard("docker", image_packages, probe, params) if params["image"] else None
     models = probe.guard("checkpoint", collect_models, probe, params)
     return {
         "files": files,
         "link_speeds": speeds or {},
         "rdma": rdma or [],
+        "rdma_devices": devices or [],
         "image": params["image"],
+        "packages_reused": known,
         "models": models or {},
     }
 
@@ -816,7 +876,8 @@ def build_document(raw_params: Any) -> dict[str, Any]:
     """The whole probe result as a dict (what `main` prints)."""
     started = time.monotonic()
     probe = Probe()
-    facts: dict[str, Any] = {"files": {}, "link_speeds": {}, "rdma": [], "image": None, "models": {}}
+    facts: dict[str, Any] = {"files": {}, "link_speeds": {}, "rdma": [], "rdma_devices": [], "image": None,
+                             "packages_reused": None, "models": {}}  # fmt: skip
     try:
         facts = collect(probe, _load_params(raw_params))
     except Exception as exc:

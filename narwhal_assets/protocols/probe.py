@@ -16,7 +16,8 @@ from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.roles import engine_number
 from narwhal_assets.host import program_source
 
-PARAM_KEYS = frozenset({"image", "models", "previous", "full_hash", "workers", "sysfs_net", "sysfs_infiniband"})
+PARAM_KEYS = frozenset({"image", "models", "previous", "full_hash", "workers", "sysfs_net", "sysfs_infiniband",
+                        "dev_infiniband", "known_packages"})
 
 __all__ = ["previous_hashes", "probe_params", "probe_script", "probe_source"]
 
@@ -55,6 +56,9 @@ def _other_problems(params: Mapping[str, Any]) -> list[str]:
         problems.append("probe params: full_hash must be true or false")
     if not isinstance(params.get("previous", {}), Mapping):
         problems.append("probe params: previous must map engine roles to {path: [size, mtime_ns, inode, sha256]}")
+    known = params.get("known_packages", {})
+    if not isinstance(known, Mapping) or not all(isinstance(v, Mapping) for v in known.values()):
+        problems.append("probe params: known_packages must map image ids to {package: version}")
     return problems
 
 

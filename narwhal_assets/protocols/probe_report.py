@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import (
     CheckpointDigest,
     CheckpointFile,
@@ -44,6 +44,10 @@ PROBE_SCHEMA_VERSION = 1
 NVIDIA_SMI = "nvidia-smi"
 IP = "ip -json address"
 DOCKER = "docker image inspect"
+DOCKER_PACKAGES = "docker run (package versions in the image)"
+DEVICE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")  # a file name, never "." or ".."
+PACKAGE_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}")
 GPU_FIELDS = ("index", "uuid", "name", "memory.total", "pci.bus_id")
 MACHINE_ID_RE = re.compile(r"[0-9a-f]{32}")
 BOOT_ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -60,8 +64,10 @@ __all__ = [
     "parse_models",
     "parse_nvidia_smi",
     "parse_os_release",
+    "parse_packages",
     "parse_probe_output",
     "parse_rdma",
+    "parse_rdma_devices",
     "render_command_log",
 ]
 
@@ -271,12 +277,21 @@ def parse_rdma(entries: Any) -> tuple[list[RdmaPort], list[str]]:
         else:
             rate_text = rate if isinstance(rate, str) and rate else None
             names = [n for n in netdevs if isinstance(n, str)]
-            ports.append(
-                RdmaPort(
-                    device=entry["device"], port=port, state=state, link_layer=layer, rate=rate_text, netdevs=names
-                )
-            )
+            listed = entry.get("verbs") if isinstance(entry.get("verbs"), list) else []
+            verbs = [v for v in listed if isinstance(v, str) and DEVICE_NAME_RE.fullmatch(v)]
+            ports.append(RdmaPort(device=entry["device"], port=port, state=state, link_layer=layer, rate=rate_text,
+                                  netdevs=names, verbs=verbs))  # fmt: skip
     return ports, problems
+
+
+def parse_rdma_devices(names: Any) -> tuple[list[str], list[str]]:
+    """The character devices the probe found under /dev/infiniband, by name."""
+    if not isinstance(names, list):
+        return [], ["rdma: expected a list of /dev/infiniband device names"]
+    bad = [name for name in names if not isinstance(name, str) or not DEVICE_NAME_RE.fullmatch(name)]
+    if bad:
+        return [], [f"rdma: /dev/infiniband entry {printable(str(bad[0]), 64)!r} is not a device name"]
+    return sorted(set(names)), []
 
 
 # ---------------------------------------------------------------- docker image inspect
@@ -300,13 +315,37 @@ def parse_docker_inspect(reference: str, stdout: str) -> tuple[ImageObservation 
     return ImageObservation(reference=reference, id=image_id, repo_digests=digests), []
 
 
-def _image(reference: Any, result: Any) -> tuple[ImageObservation | None, list[str]]:
+def parse_packages(reused: Any, result: Any) -> tuple[dict[str, str], list[str]]:
+    """The image's pinned package versions: the workstation's own, reused for the same image id, else what
+    `docker run ... python3 -c <PACKAGES_PROGRAM>` printed (one JSON object, package -> version)."""
+    if reused is not None:
+        found: Any = reused
+    else:
+        failure = _tool_failure(DOCKER_PACKAGES, result)
+        if failure:
+            return {}, [failure]
+        found, problem = _json(_stdout(result))
+        if problem:
+            return {}, [f"{DOCKER_PACKAGES}: output is {problem}"]
+    if not isinstance(found, Mapping) or not all(
+        isinstance(name, str) and PACKAGE_NAME_RE.fullmatch(name) and isinstance(version, str)
+        and VERSION_RE.fullmatch(version) for name, version in found.items()
+    ):  # fmt: skip
+        return {}, [f"{DOCKER_PACKAGES}: expected an object of package names and versions"]
+    return dict(sorted(found.items())), []
+
+
+def _image(reference: Any, result: Any, reused: Any, packages: Any) -> tuple[ImageObservation | None, list[str]]:
     if reference is None:
         return None, []
     failure = _tool_failure(DOCKER, result)
     if failure:
         return None, [failure]
-    return parse_docker_inspect(str(reference), _stdout(result))
+    image, problems = parse_docker_inspect(str(reference), _stdout(result))
+    if image is None:
+        return None, problems
+    versions, problems = parse_packages(reused, packages)
+    return image.model_copy(update={"packages": versions}), problems
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -367,16 +406,17 @@ def _model(
     if not isinstance(config, str) or not SHA256_RE.fullmatch(config):
         problems.append(f"checkpoint {engine}: config.json sha256 missing")
     counts = {key: _counter(engine, result, key, problems) for key in ("bytes_hashed", "bytes_reused", "files_reused")}
-    tree = previous.tree_sha256 if previous is not None and files is previous.files else ""
+    reused = previous is not None and files is previous.files
+    tree = previous.tree_sha256 if reused and previous is not None else ""
     try:
         tree = tree or tree_digest(files)
     except ValueError as exc:
         problems.append(f"checkpoint {engine}: {exc}")
     if problems:
         return None, problems
-    digest = CheckpointDigest(
-        engine=engine, host_id=host_id, model_dir=str(model_dir), files=files, tree_sha256=tree, **counts
-    )
+    fleet_tree = (previous.model_tree_sha256 if reused and previous is not None else None) or model_tree_digest(files)
+    digest = CheckpointDigest(engine=engine, host_id=host_id, model_dir=str(model_dir), files=files,
+                              tree_sha256=tree, model_tree_sha256=fleet_tree, **counts)  # fmt: skip
     return digest, []
 
 
@@ -416,6 +456,7 @@ def parse_models(
                 model_dir=digest.model_dir,
                 config_sha256=str(result["config_sha256"]),
                 tree_sha256=digest.tree_sha256,
+                model_tree_sha256=digest.model_tree_sha256,
                 file_count=len(digest.files),
                 config=config,
             )
@@ -555,7 +596,10 @@ def parse_probe_output(
     problems += found
     rdma, found = parse_rdma(doc.get("rdma", []))
     problems += found
-    image, found = _image(doc.get("image"), tools.get("docker"))
+    rdma_devices, found = parse_rdma_devices(doc.get("rdma_devices", []))
+    problems += found
+    image, found = _image(doc.get("image"), tools.get("docker"), doc.get("packages_reused"),
+                          tools.get("docker-packages"))  # fmt: skip
     problems += found
     models, digests, found = parse_models(host_id, doc.get("models", {}), bool(doc.get("errors")), previous or {})
     problems += found
@@ -569,6 +613,7 @@ def parse_probe_output(
         gpus=gpus,
         interfaces=interfaces,
         rdma=rdma,
+        rdma_devices=rdma_devices,
         image=image,
         models=models,
         **facts,

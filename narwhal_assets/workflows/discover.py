@@ -20,17 +20,24 @@ from typing import Any
 
 from narwhal_assets.core.deployment.prepare_inputs import discovery_inputs_digest, input_digests
 from narwhal_assets.core.discovery.digests import compare_replicas
-from narwhal_assets.core.discovery.manifest import MANIFEST_FILE, DiscoveryManifest
+from narwhal_assets.core.discovery.manifest import CONFIG_FORMAT, MANIFEST_FILE, DiscoveryManifest
 from narwhal_assets.core.discovery.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.discovery.retention import KEEP_RUNS_VARIABLE, keep_runs
 from narwhal_assets.core.display import printable, printable_block
-from narwhal_assets.core.errors import HostFailure, InputError, NarwhalError, raise_together
+from narwhal_assets.core.errors import HostFailure, InputError, NarwhalError, Problems, raise_if, raise_together
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Layer, Settings
 from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch.deployment_env import build_deployment_env, render_deployment_env
-from narwhal_assets.core.launch.fleet import Fleet, build_fleet
-from narwhal_assets.core.launch.launch_records import EngineLaunchConfig, build_launch_config, launch_sources
+from narwhal_assets.core.launch.engine_policy import operator_policy_problems
+from narwhal_assets.core.launch.fleet import (
+    Fleet,
+    build_fleet,
+    engine_count_problems,
+    engine_credential,
+    engine_roles,
+)
+from narwhal_assets.core.launch.launch_records import EngineLaunchConfig, LaunchSources, build_launch_records
 from narwhal_assets.core.launch.policy import resolve_engine_field
 from narwhal_assets.core.launch.profiling import ProfilingLimits, build_profiling_limits
 from narwhal_assets.core.roles import Role, engine_number
@@ -85,6 +92,7 @@ class GeneratedConfig:
 
     deployment_env: dict[str, str]
     launch: EngineLaunchConfig
+    launch_sources: LaunchSources
     fleet: Fleet
     profiling: ProfilingLimits
 
@@ -92,7 +100,7 @@ class GeneratedConfig:
         return {
             settings.deployment_env_path: render_deployment_env(self.deployment_env),
             settings.launch_config_path: render_json(self.launch),
-            settings.launch_sources_path: render_json(launch_sources(self.launch)),
+            settings.launch_sources_path: render_json(self.launch_sources),
             settings.fleet_path: render_json(self.fleet),
             settings.profiling_limits_path: render_json(self.profiling),
         }
@@ -136,9 +144,33 @@ def latest_complete_run(settings: Settings, exclude: Path | None = None) -> Disc
     return DiscoveryRun.load(newest.parent)
 
 
-def probe_request(settings: Settings, entry: HostEntry, previous: Mapping[str, CheckpointDigest], full: bool) -> str:
+def check_discovery_inputs(settings: Settings, inventory: Inventory) -> None:
+    """Every problem of the operator's input that needs no host, all at once (InputError): what each probe is
+    sent, every engine's launch policy, the serving roles and the engine credential. Discovery runs it before
+    it saves the inventory or creates a run directory, so bad input leaves nothing behind."""
+    problems = Problems()
+    for entry in inventory.hosts:
+        problems.attempt(probe_request, settings, entry, {}, True)
+    for n in inventory.engine_numbers():
+        problems += operator_policy_problems(settings, n)
+    count = engine_count_problems(settings, inventory.engine_numbers())
+    problems += count
+    if not count:
+        problems.attempt(engine_roles, settings, inventory.engine_numbers())
+    problems.attempt(engine_credential, settings)
+    raise_if(list(dict.fromkeys(problems)))
+
+
+def probe_request(
+    settings: Settings,
+    entry: HostEntry,
+    previous: Mapping[str, CheckpointDigest],
+    full: bool,
+    observed: HostObservation | None = None,
+) -> str:
     """The probe program for one host: its engines' model directories, the engine image reference and, unless
-    `full`, the previous per-file rows the probe may reuse."""
+    `full`, the previous per-file rows the probe may reuse, and the package versions of the image id the host
+    was `observed` with last time (an image id names immutable content: the same id, the same packages)."""
     engines = [n for n in map(engine_number, entry.roles) if n is not None]
     models = {Role.engine(n).name: _required(settings, n, "MODEL_DIR") for n in engines}
     images = {_required(settings, n, "ENGINE_IMAGE") for n in engines}
@@ -152,8 +184,14 @@ def probe_request(settings: Settings, entry: HostEntry, previous: Mapping[str, C
             "models": models,
             "previous": {} if full else previous_hashes({e: d for e, d in previous.items() if e in models}),
             "full_hash": full,
+            "known_packages": _known_packages(observed) if not full else {},
         }
     )
+
+
+def _known_packages(observed: HostObservation | None) -> dict[str, dict[str, str]]:
+    image = observed.image if observed is not None else None
+    return {image.id: dict(image.packages)} if image is not None and image.packages else {}
 
 
 def inspect_hosts(
@@ -163,9 +201,12 @@ def inspect_hosts(
     run: DiscoveryRun,
     previous: Mapping[str, CheckpointDigest],
     full_hash: bool = False,
+    observed: Mapping[str, HostObservation] | None = None,
 ) -> DiscoveryRun:
-    """Probe every host in parallel; save what each returned; raise every host's problems together."""
-    requests = {entry.id: probe_request(settings, entry, previous, full_hash) for entry in inventory.hosts}
+    """Probe every host in parallel; save what each returned; raise every host's problems together.
+    `observed` holds the previous discovery's observations by host id (what a probe may reuse)."""
+    requests = {entry.id: probe_request(settings, entry, previous, full_hash, (observed or {}).get(entry.id))
+                for entry in inventory.hosts}  # fmt: skip
     observed_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
     def probe(connection: HostConnection) -> tuple[HostObservation, dict[str, CheckpointDigest]]:
@@ -216,12 +257,12 @@ def generate_config(settings: Settings, inventory: Inventory, run: DiscoveryRun)
         for role, model in obs.models.items()
         if (n := engine_number(role)) is not None
     }
-    launch = build_launch_config(
+    records = build_launch_records(
         effective, inventory, run.observations, model_configs=model_configs, observation_dir=str(run.run_dir)
     )
-    fleet = build_fleet(effective, inventory, run.observations, launch)
-    profiling = build_profiling_limits(fleet, launch, str(settings.launch_config_path))
-    return GeneratedConfig(discovered, launch, fleet, profiling)
+    fleet = build_fleet(effective, inventory, run.observations, records.config)
+    profiling = build_profiling_limits(fleet, records.config, str(settings.launch_config_path))
+    return GeneratedConfig(discovered, records.config, records.sources, fleet, profiling)
 
 
 def stage_enrolments(run: DiscoveryRun, entries: list[StagedKey]) -> None:
@@ -298,7 +339,8 @@ def publish_config(
         digests = {_relative(settings, path): hashlib.sha256(data).hexdigest() for path, data in files.items()}
         if settings.hosts_path.is_file():
             digests[_relative(settings, settings.hosts_path)] = sha256_file(settings.hosts_path)
-        manifest = DiscoveryManifest(files=digests, inputs_sha256=discovery_inputs_digest(settings, inventory),
+        manifest = DiscoveryManifest(config_format=CONFIG_FORMAT, files=digests,
+                                     inputs_sha256=discovery_inputs_digest(settings, inventory),
                                      inputs=input_digests(settings, inventory, secrets.token_hex(32)))  # fmt: skip
         files[run.run_dir / MANIFEST_FILE] = render_json(manifest).encode()
         publish_files(settings, run.run_dir, files)

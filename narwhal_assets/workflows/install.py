@@ -27,7 +27,6 @@ from narwhal_assets.core.deployment.manifest_check import (
 from narwhal_assets.core.deployment.role_env import RoleSources
 from narwhal_assets.core.deployment.staleness import changed_settings
 from narwhal_assets.core.errors import InputError, NarwhalError
-from narwhal_assets.core.inputs.envfile import parse_env_text
 from narwhal_assets.core.inputs.inventory import Inventory
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local.checkout import missing_run_problem
@@ -152,13 +151,12 @@ def open_prepared_run(settings: Settings, inventory: Inventory, run_dir: Path) -
 
 
 def stale_settings(settings: Settings, run: PreparedRun) -> list[str]:
-    """The settings changed since `run` was prepared (names only): installing it ships their old values."""
+    """The settings changed since `run` was prepared (names only): installing it ships their old values.
+    Read from `sources.json` alone (value digests), not from the role files."""
     if run.manifest.sources is None:
         return []
     sources = RoleSources.model_validate_json((run.run_dir / run.manifest.sources.path).read_bytes())
-    files = {role.file: parse_env_text((run.run_dir / role.file).read_text(encoding="utf-8"), role.file)
-             for role in sources.roles.values()}  # fmt: skip
-    return changed_settings(sources, files, settings)
+    return changed_settings(sources, settings)
 
 
 def current_access(settings: Settings, inventory: Inventory) -> dict[str, CurrentAccess]:

@@ -34,7 +34,7 @@ from narwhal_assets.core.deployment.prepare_inputs import (
     private_tree_paths,
 )
 from narwhal_assets.core.deployment.role_env import REVISION, TOOLS, ExportInputs, build_role_environments, role_sources
-from narwhal_assets.core.discovery.manifest import DiscoveryManifest, generated_paths
+from narwhal_assets.core.discovery.manifest import CONFIG_FORMAT, DiscoveryManifest, generated_paths
 from narwhal_assets.core.errors import InputError, Problems, raise_if
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Settings
@@ -132,6 +132,10 @@ def _discovery_run(settings: Settings, inventory: Inventory) -> Path:
         manifest = DiscoveryManifest.load(latest.run_dir)
     except InputError as exc:
         raise InputError([f"{problem}; {REDISCOVER}" for problem in exc.problems]) from None
+    if manifest.config_format != CONFIG_FORMAT:
+        found = manifest.config_format
+        raise InputError([f"discovery run {latest.run_dir}: config set discovered with format {found}, re-run "
+                          f"discover (this version prepares format {CONFIG_FORMAT}: `deploy-hosts discover`)"])
     if manifest.inputs_sha256 != discovery_inputs_digest(settings, inventory):
         changed = changed_inputs(manifest.inputs, settings, inventory) if manifest.inputs else []
         if changed:  # else a run from before per-input digests
@@ -162,11 +166,12 @@ def _plan(settings: Settings, inventory: Inventory, revision: str, run: Path) ->
     raise_if(problems)
     tools = {name: resources.files(TOOLS_PACKAGE).joinpath(name).read_bytes() for name in TOOLS.values()}
     observations = {n: str(run / f"{entry.id}.json") for entry in inventory.hosts for n in entry.engine_numbers()}
-    environments = build_role_environments(ExportInputs(
+    inputs = ExportInputs(
         settings=settings, inventory=inventory, fleet=fleet, revision=revision,
         tool_sha256={name: hashlib.sha256(data).hexdigest() for name, data in tools.items()},
-        observations=observations,
-    ))  # fmt: skip
+        observations=observations, salt=secrets.token_hex(32),
+    )  # fmt: skip
+    environments = build_role_environments(inputs)
     published = PublishedSet(
         launch=launch,
         fleet_bytes=settings.fleet_path.read_bytes(),
@@ -182,7 +187,7 @@ def _plan(settings: Settings, inventory: Inventory, revision: str, run: Path) ->
         if pins and files is not None:
             hosts.append(_Host(entry, pins[0], pins[1], files))
     raise_if(problems)
-    sources = render_json(role_sources(revision, environments)).encode("utf-8")
+    sources = render_json(role_sources(inputs, environments)).encode("utf-8")
     return _Plan(revision, hosts, sources, run)
 
 

@@ -12,9 +12,10 @@ import dagster as dg
 import pytest
 
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.defs.discovery.assets import host_discovery
 from narwhal_assets.defs.discovery.inventory import host_inventory
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
-from narwhal_assets.defs.resources import ManagementCheckout
+from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
 
 DEST_A = "SENTINEL-DEST-ops@gpu-a.example"
 DEST_B = "SENTINEL-DEST-gpu-b"
@@ -156,3 +157,24 @@ def test_invalid_env_file_fails_without_echoing_the_value(checkout: Path, instan
     ]
     assert "SENTINEL" not in stored_text(instance)
     assert not (checkout / "config").exists()
+
+
+def test_a_discovery_with_bad_engine_input_saves_no_inventory(checkout: Path, instance: dg.DagsterInstance) -> None:
+    """Materialized with the host discovery (as the UI's discovery group or the discovery job run it), the
+    inventory is saved only once every input discovery can check without a host is good: a saved inventory
+    would outlive the fix and refuse a colocation chosen in `.env` afterwards."""
+    write_env(checkout, NARWHAL_NODE_1_SSH=DEST_A, NARWHAL_NODE_2_SSH=DEST_B, NARWHAL_ENGINE_MODEL_NAME="m",
+              NARWHAL_ENGINE_IMAGE="engine:1", NARWHAL_RUN_DIR="/var/tmp/run", NARWHAL_FABRIC_INTERFACE="fab0")
+    resources = {"checkout": ManagementCheckout(root=str(checkout)), "ssh": SshSettings()}
+    result = dg.materialize([host_inventory, host_discovery], instance=instance, resources=resources,
+                            raise_on_error=False)  # fmt: skip
+    assert not result.success
+    assert not (checkout / "config").exists() and not (checkout / "runs").exists()
+    [failure] = result.get_step_failure_events()
+    assert failure.step_key == "host_inventory"
+    error, messages = failure.step_failure_data.error, []
+    while error is not None:
+        messages.append(error.message)
+        error = error.cause
+    assert any("engine-1: NARWHAL_MODEL_DIR is unset" in message for message in messages)
+    assert materialize(checkout, instance).success  # alone, the inventory asset needs no engine setting

@@ -39,12 +39,13 @@ from helpers.fleet_checkout import (
     WEIGHTS,
     make_checkout,
 )
+from helpers.readme import tree_digest_command
 
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.local.checkpoint_store import load_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
-TREE_SCRIPT = "cd \"$1\" && find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum --"
+TREE_SCRIPT = 'cd "$1" && ' + tree_digest_command().removesuffix(" | sha256sum")
 GENERATED = ("deployment.env", "engine-launch.local.json", "engine-launch.sources.json", "fleet.json",
              "hosts.local.json", "ssh.known_hosts", "profiling-limits.json")  # fmt: skip
 
@@ -155,15 +156,19 @@ def test_full_discovery_matches_the_fleets_truth(
     for n, name in ENGINE_HOSTS.items():
         entry, host = launch["engines"][f"engine-{n}"], fleet.host(name)
         assert entry["host_id"] == HOST_IDS[name]
-        assert entry["gpu_ids"] == [g.index for g in host.gpus] and entry["tensor_parallel_size"] == len(host.gpus)
+        assert entry["gpu_ids"] == [str(g.index) for g in host.gpus]
+        assert entry["tensor_parallel_size"] == len(host.gpus)
         assert entry["accelerator"] == host.gpus[0].name and entry["gpu_visibility_env"] == "CUDA_VISIBLE_DEVICES"
         assert entry["fabric_address"] == host.fabric_address and entry["network_mode"] == "host"
-        assert entry["transfer"]["transport"] == "ucx_tcp" and entry["transfer"]["net_devices"] == "fab0"
+        assert entry["transfer"] == {"transport": "ucx_tcp", "net_devices": "fab0", "devices": [], "gpu_tls": "cuda"}
+        # read inside the host's image by the probe (the fake docker runs the probe's program)
+        assert entry["runtime"]["expected_packages"] == {"nixl": "0.6.1", "torch": "2.8.0", "vllm": "0.11.0"}
         assert [d for d in entry["accelerator_devices"] if re.fullmatch(r"/dev/nvidia[0-9]+", d)] == [
             f"/dev/nvidia{g.index}" for g in host.gpus
         ]
     sources = read_json(config / "engine-launch.sources.json")
-    assert set(sources["engines"]) == set(launch["engines"])
+    assert set(sources["engines"]) == set(launch["engines"]) and sources["shared"]["max_num_seqs"] == {
+        "layer": "default"}
 
     # observations: exactly the fake tools' truth
     for name, host_id in HOST_IDS.items():
@@ -381,6 +386,11 @@ def test_dagster_cli_materialize_generates_the_same_files(
          [r"host node-2: fabric interface 'nosuch0' \(NARWHAL_FABRIC_INTERFACE\) not found"]),
         ("one-engine", {"router": "h1", "engine-1": "h1"}, {}, 2,
          [r"hosts.local.json: hosts: the fleet needs at least two engines .*found 1"]),
+        # A fabric address on no host would reach every role file while the launch records keep the real one.
+        ("node-ip", ROLES, {"NARWHAL_NODE_1_IP": "203.0.113.77"}, 2,
+         [r"NARWHAL_NODE_1_IP is not a global address of host node-1's fabric interface 'fab0'"]),
+        ("attestation-url", ROLES, {"NARWHAL_NODE_1_ATTESTATION_URL": "http://engine-1.invalid:8001/wrong"}, 2,
+         [r"NARWHAL_NODE_1_ATTESTATION_URL must be an HTTP service URL http://HOST:PORT/v1/attestation"]),
     ],
 )  # fmt: skip
 def test_discovery_rejects_bad_inputs_and_writes_nothing(

@@ -120,3 +120,55 @@ def test_check_refuses_a_tampered_launcher_snapshot(discovered: tuple[SimFleet, 
     output = checked.text() + checked.stderr.decode()
     assert checked.rc != 0 and "launcher" in output and "NARWHAL_ENGINE_LAUNCHER_SHA256" in output
     assert started.rc != 0 and docker_runs == "0"
+
+
+# --- RDMA: the verbs character devices discovery observes reach the launch record and the container ------------
+
+
+@pytest.fixture(scope="module")
+def rdma_fleet(sim_fleet_factory: Callable[..., SimFleet]) -> SimFleet:
+    """h1 and h2 with an ACTIVE InfiniBand port and its /dev/infiniband nodes (fleetsim's fake HCA); h3 without."""
+    fleet = sim_fleet_factory()
+    fleet.add_host("h1", rdma=True)
+    fleet.add_host("h2", rdma=True)
+    fleet.add_host("h3")
+    fleet.start()
+    fleet.write_model(MODEL, {"weights.bin": b"\x02" * 4096}, CONFIG)
+    return fleet
+
+
+def rdma_checkout(root: Path, fleet: SimFleet, engine_2_host: str) -> Path:
+    root.mkdir()
+    lines = fleet.env_lines({"router": "h1", "engine-1": "h1", "engine-2": engine_2_host})
+    lines += [f"NARWHAL_ENGINE_IMAGE={fleet.host('h1').image_ref}", "NARWHAL_ENGINE_MODEL_NAME=tiny",
+              f"NARWHAL_MODEL_DIR=/srv/models/{MODEL}", "NARWHAL_RUN_DIR=/var/tmp/narwhal-run",
+              "NARWHAL_FABRIC_INTERFACE=fab0", "NARWHAL_TRANSFER_TRANSPORT=ucx_rdma"]  # fmt: skip
+    (root / ".env").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_rdma_engines_map_the_verbs_devices_discovery_observed(rdma_fleet: SimFleet, tmp_path: Path) -> None:
+    root = rdma_checkout(tmp_path / "checkout", rdma_fleet, "h2")
+    assert main(["--root", str(root), "discover"]) == 0
+    config = load_json_model(Settings.load(root).launch_config_path, EngineLaunchConfig)
+    for engine in ("engine-1", "engine-2"):
+        transfer = config.engines[engine].transfer
+        assert (transfer.transport, transfer.net_devices) == ("ucx_rdma", "mlx5_0:1")
+        assert transfer.devices == ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"]
+    with connect_engine_1(root) as connection:
+        launcher = install_launcher(connection, root, launcher_source())
+        planned = json.loads(connection.run(f"{launcher} plan").text())
+    devices = [planned["argv"][i + 1] for i, arg in enumerate(planned["argv"]) if arg == "--device"]
+    assert devices[-2:] == ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"]
+    assert "UCX_TLS" in planned["environment"]
+
+
+def test_rdma_on_a_host_without_an_active_port_is_refused_naming_the_transport(
+    rdma_fleet: SimFleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = rdma_checkout(tmp_path / "checkout", rdma_fleet, "h3")
+    assert main(["--root", str(root), "discover"]) == 2
+    err = capsys.readouterr().err
+    assert ("host node-2: engine-2 NARWHAL_TRANSFER_TRANSPORT is ucx_rdma but no ACTIVE RDMA port was observed"
+            in err)
+    assert not (root / "config" / "engine-launch.local.json").exists()

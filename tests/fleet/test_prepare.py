@@ -24,6 +24,13 @@ from fleetsim import SimFleet
 from helpers.deploy_hosts import cli
 from helpers.files import assert_nowhere, read_json, snapshot, source_env
 from helpers.fleet_checkout import DESTINATIONS, ENGINE_HOSTS, HOST_IDS, PASSWORD, ROLES, make_checkout, set_env
+from helpers.fleet_readers import (
+    fleet_problems,
+    launch_record_problems,
+    launcher_problems,
+    profiling_limits_problems,
+    role_file_problems,
+)
 from helpers.git_repo import TRACKED, git, git_checkout
 
 from narwhal_assets.cli.main import main
@@ -40,8 +47,10 @@ from narwhal_assets.runtime.runner import operator_instance
 from narwhal_assets.ssh.trust import KnownHostsStore
 
 TOOLS = ("launch_engine.py", "fabric_budget.py", "cache_capture_hook.py")
-TOOL_VARS = {"launch_engine.py": "NARWHAL_ENGINE_LAUNCHER", "fabric_budget.py": "NARWHAL_FABRIC_BUDGET_TOOL",
-             "cache_capture_hook.py": "NARWHAL_CACHE_CAPTURE_HOOK"}  # fmt: skip
+# Each tool's path variable and its SHA-256 companion, as the serving fleet's engine-host checks name them.
+TOOL_VARS = {"launch_engine.py": ("NARWHAL_ENGINE_LAUNCHER", "NARWHAL_ENGINE_LAUNCHER_SHA256"),
+             "fabric_budget.py": ("NARWHAL_FABRIC_BUDGET_TOOL", "NARWHAL_FABRIC_BUDGET_SHA256"),
+             "cache_capture_hook.py": ("NARWHAL_CACHE_CAPTURE_HOOK", "NARWHAL_CACHE_CAPTURE_HOOK_SHA256")}  # fmt: skip
 ENGINE_FIELDS = ("ENGINE_IMAGE", "ENGINE_MODEL_NAME", "MODEL_DIR", "RUN_DIR", "MODEL_CONFIG_SHA256", "FABRIC_INTERFACE",
                  "ENGINE_PORT", "ATTEST_PORT", "NIXL_SIDE_CHANNEL_PORT", "UCX_TCP_PORT_RANGE")  # fmt: skip
 API_KEY = "engine-key 'with' $(quotes) `and` \"more\"\nsecond line ü"
@@ -125,10 +134,10 @@ def test_prepare_writes_the_layout_from_the_fleets_truth(
         }  # fmt: skip
         peers = {f"NARWHAL_NODE_{m}_IP": fleet.host(other).fabric_address for m, other in ENGINE_HOSTS.items()}
         tools = {}
-        for tool, variable in TOOL_VARS.items():
+        for tool, (variable, digest) in TOOL_VARS.items():
             data = resources.files("narwhal_assets.host.tools").joinpath(tool).read_bytes()
             assert files[f"{host_id}/{tool}"] == data
-            tools |= {variable: f"runs/deployment-tools/{tool}", f"{variable}_SHA256": hashlib.sha256(data).hexdigest()}
+            tools |= {variable: f"runs/deployment-tools/{tool}", digest: hashlib.sha256(data).hexdigest()}
         assert env == {
             **shared, **peers, **tools, "NARWHAL_DEPLOYMENT_REVISION": revision,
             f"NARWHAL_NODE_{n}_URL": f"http://{host.fabric_address}:8000",
@@ -137,18 +146,23 @@ def test_prepare_writes_the_layout_from_the_fleets_truth(
             "NARWHAL_ENGINE_LAUNCH_CONFIG": f"config/engine-launch.engine-{n}.json",
         }  # fmt: skip
         record = read_json(out / host_id / f"engine-launch.engine-{n}.json")
-        assert record["engine"] == f"engine-{n}" and record["iid"] == f"n{n}"
-        assert record["role"] == ("prefill" if n == 1 else "decode")
+        assert (record["schema"], record["schema_version"]) == ("narwhal.engine-launch", 1)
+        assert record["role"] == f"engine-{n}" and record["iid"] == f"n{n}"
+        assert record["serving_role"] == ("prefill" if n == 1 else "decode")
         assert {k: v for k, v in record.items() if k in launch[f"engine-{n}"]} == launch[f"engine-{n}"]
-        assert record["environment"] == launch[f"engine-{n}"]["runtime"]["environment"]
+        assert record["environment"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == host.fabric_address
+        assert record["runtime"]["expected_packages"] == {"nixl": "0.6.1", "torch": "2.8.0", "vllm": "0.11.0"}
     assert files["node-1/fleet.local.json"] == (config / "fleet.json").read_bytes()
     assert files["node-1/profiling-limits.json"] == (config / "profiling-limits.json").read_bytes()
 
     # sources.json: every variable of every role file, with its layer
-    sources = read_json(out / "sources.json")["roles"]
+    index = read_json(out / "sources.json")
+    sources = index["roles"]
     assert set(sources) == {"router", "engine-1", "engine-2", "engine-3"}
-    assert set(sources["engine-2"]["variables"]) == set(role_view(out / "node-2" / ".env.engine-2"))
-    engine2 = sources["engine-2"]["variables"]
+    assert set(sources["engine-2"]["variables"]) | set(index["every_engine"]) == set(
+        role_view(out / "node-2" / ".env.engine-2"))
+    assert {f"NARWHAL_NODE_{m}_IP" for m in ENGINE_HOSTS} <= set(index["every_engine"])  # once, not per engine
+    engine2 = {**index["every_engine"], **sources["engine-2"]["variables"]}
     assert engine2["NARWHAL_ENGINE_IMAGE"]["layer"] == "config/deployment.env"
     assert engine2["NARWHAL_ENGINE_IMAGE"]["variable"] == "NARWHAL_NODE_2_ENGINE_IMAGE"
     assert engine2["NARWHAL_ENGINE_IMAGE"]["observation"].endswith("/node-2.json")
@@ -156,9 +170,24 @@ def test_prepare_writes_the_layout_from_the_fleets_truth(
     assert engine2["NARWHAL_ENGINE_PORT"]["layer"] == "default"
     assert engine2["NARWHAL_ENGINE_LAUNCHER_SHA256"]["layer"] == "prepare"
 
+    # the serving fleet's readers accept what the real fleet's discovery and this prepare wrote
+    fleet_json = read_json(out / "node-1" / "fleet.local.json")
+    assert fleet_problems(fleet_json, router) == []
+    assert profiling_limits_problems(read_json(out / "node-1" / "profiling-limits.json"),
+                                     {e["iid"] for e in fleet_json["engines"]}, launch) == []  # fmt: skip
+    access = {"NARWHAL_ROUTER_SSH", "NARWHAL_NODE_2_SSH_PASSWORD", *(f"NARWHAL_NODE_{n}_SSH" for n in ENGINE_HOSTS)}
+    for n, name in ENGINE_HOSTS.items():
+        role, env = f"engine-{n}", role_view(out / HOST_IDS[name] / f".env.engine-{n}")
+        assert launch_record_problems({"schema": "narwhal.engine-launch", "schema_version": 1, "engines": launch},
+                                      role, env) == []  # fmt: skip
+        assert launcher_problems(read_json(out / HOST_IDS[name] / f"engine-launch.{role}.json"), env) == []
+        assert role_file_problems(env, role, fleet_json, list(ENGINE_HOSTS), access) == []
+    assert role_file_problems(router, "router", fleet_json, list(ENGINE_HOSTS), access) == []
+
     # manifest: pins every file, the hosts by variable name, destination digests and trusted keys
     manifest = read_json(out / "manifest.json")
     assert manifest["schema"] == "narwhal.deployment-manifest" and manifest["revision"] == revision
+    assert manifest["schema_version"] == 2
     assert re.fullmatch(r"[0-9a-f]{32}", manifest["deployment_id"])
     assert manifest["remote_dir"] == f"Narwhal-deploy/{manifest['deployment_id']}"
     assert manifest["bundle"] == {"path": "source.bundle", "sha256": hashlib.sha256(files["source.bundle"]).hexdigest(),
@@ -358,10 +387,16 @@ def test_an_existing_output_directory_is_refused_and_kept(
 
 
 def comparable(out: Path) -> tuple[dict[str, bytes], dict]:
-    """Every prepared file but the bundle and manifest, and the manifest without what differs per run."""
-    files = {k: v for k, v in snapshot(out).items() if k not in ("manifest.json", "source.bundle")}
+    """Every prepared file but the bundle and manifest, and the manifest without what differs per run (the ids,
+    the bundle, and `sources.json`'s digest: its value digests are keyed by a salt drawn per run)."""
+    per_file = ("manifest.json", "source.bundle", "sources.json")
+    files = {k: v for k, v in snapshot(out).items() if k not in per_file}
+    salted = ("salt", "value_hmac")
+    sources = json.loads((out / "sources.json").read_text(),
+                         object_hook=lambda d: {k: v for k, v in d.items() if k not in salted})  # fmt: skip
+    files["sources.json"] = json.dumps(sources, sort_keys=True).encode()
     manifest = read_json(out / "manifest.json")
-    per_run = ("deployment_id", "remote_dir", "created_at", "bundle")
+    per_run = ("deployment_id", "remote_dir", "created_at", "bundle", "sources")
     return files, {k: v for k, v in manifest.items() if k not in per_run}
 
 

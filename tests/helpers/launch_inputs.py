@@ -19,6 +19,7 @@ from narwhal_assets.core.inputs.settings import Layer, Settings
 
 IMAGE_ID = "sha256:" + "a" * 64
 CONFIG_SHA = "c" * 64
+PACKAGES = {"nixl": "0.6.1", "torch": "2.8.0", "vllm": "0.11.0"}
 H100 = "NVIDIA H100 80GB HBM3"
 BASE_ENV = {
     "NARWHAL_ENGINE_IMAGE": IMAGE_ID,
@@ -61,7 +62,9 @@ def observation(
     addresses: list[tuple[str, str]] | None = None,
     interface: str = "eth1",
     rdma: list[RdmaPort] | None = None,
+    rdma_devices: list[str] | None = None,
     image_id: str | None = IMAGE_ID,
+    packages: dict[str, str] | None = None,
     config_sha: str = CONFIG_SHA,
     ip: str = "198.18.0.1",
 ) -> HostObservation:
@@ -90,14 +93,19 @@ def observation(
         gpus=[gpu(i) for i in range(gpus)] if isinstance(gpus, int) else gpus,
         interfaces=nets,
         rdma=rdma or [],
-        image=None if image_id is None else ImageObservation(reference="vllm/vllm-openai:v0.10", id=image_id),
+        rdma_devices=["rdma_cm", "uverbs0"] if rdma_devices is None and rdma else rdma_devices or [],
+        image=None if image_id is None else ImageObservation(reference="vllm/vllm-openai:v0.10", id=image_id,
+                                                             packages=PACKAGES if packages is None else packages),
         models={e: ModelObservation(model_dir="/models/llama", config_sha256=config_sha, tree_sha256="t" * 64,
                                     file_count=3) for e in engines},
     )
 
 
-def rdma_port(state: str = "4: ACTIVE", netdevs: list[str] | None = None) -> RdmaPort:
-    return RdmaPort(device="mlx5_0", port=1, state=state, link_layer="Ethernet", netdevs=netdevs or ["eth1"])
+def rdma_port(state: str = "4: ACTIVE", netdevs: list[str] | None = None, device: str = "mlx5_0",
+              verbs: list[str] | None = None) -> RdmaPort:  # fmt: skip
+    """An RDMA port whose HCA's verbs device is `uverbs0` (present under /dev/infiniband unless told otherwise)."""
+    return RdmaPort(device=device, port=1, state=state, link_layer="Ethernet", netdevs=netdevs or ["eth1"],
+                    verbs=["uverbs0"] if verbs is None else verbs)  # fmt: skip
 
 
 def two_hosts(**obs_kwargs: object) -> tuple[Inventory, dict[str, HostObservation]]:

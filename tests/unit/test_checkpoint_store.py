@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import CheckpointDigest, CheckpointFile
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.jsonfile import render_json
@@ -39,6 +39,7 @@ def digest(engine: str, files: list[CheckpointFile], reused: int = 0) -> Checkpo
         model_dir="/srv/models/m",
         files=files,
         tree_sha256=tree_digest(files),
+        model_tree_sha256=model_tree_digest(files),
         bytes_hashed=sum(f.size for f in files[reused:]),
         bytes_reused=sum(f.size for f in files[:reused]),
         files_reused=reused,
@@ -66,6 +67,7 @@ def test_an_unchanged_table_is_stored_once_and_every_record_loads_back(tmp_path:
     assert len(list(objects_dir(tmp_path).iterdir())) == 1
     record = json.loads(second_record.read_text())
     assert "files" not in record and record["file_count"] == 2000 and record["schema_version"] == 2
+    assert record["model_tree_sha256"] == model_tree_digest(files)  # the serving fleet's digest, beside ours
     stored = objects_dir(tmp_path) / f"{record['files_object']}.json"
     assert second_record.stat().st_size < 1024 < stored.stat().st_size
     assert load_checkpoint(second_record) == digest("engine-1", files)

@@ -42,17 +42,62 @@ def test_the_image_tag_in_env_does_not_block_discovery() -> None:
     assert values["NARWHAL_NODE_1_ENGINE_IMAGE"] == IMAGE_ID
 
 
-def test_ipv4_is_preferred_and_ipv6_is_bracketed() -> None:
+def test_ipv6_is_bracketed_and_a_link_local_address_is_no_candidate() -> None:
     inventory, observations = two_hosts()
-    observations["node-1"] = observation("node-1", ["router", "engine-1"],
-                                         addresses=[("inet6", "2001:db8::1"), ("inet", "198.18.0.1")])
     observations["node-2"] = observation("node-2", ["engine-2"],
-                                         addresses=[("inet6", "fe80::2"), ("inet6", "2001:db8::2")])
+                                         addresses=[("inet6", "fe80::2"), ("inet6", "2001:db8::2")])  # fmt: skip
     values = env_for(hosts=(inventory, observations))
-    assert values["NARWHAL_NODE_1_IP"] == "198.18.0.1"
     assert values["NARWHAL_NODE_2_IP"] == "2001:db8::2"
     assert values["NARWHAL_NODE_2_URL"] == "http://[2001:db8::2]:8000"
     assert values["NARWHAL_NODE_2_ATTESTATION_URL"] == "http://[2001:db8::2]:8001/v1/attestation"
+
+
+def test_two_global_addresses_are_refused_until_the_node_ip_chooses_one_of_them() -> None:
+    """Taking the first silently would advertise an address nobody chose (the serving fleet refuses too)."""
+    inventory, observations = two_hosts()
+    observations["node-1"] = observation("node-1", ["router", "engine-1"],
+                                         addresses=[("inet6", "2001:db8::1"), ("inet", "198.18.0.1")])  # fmt: skip
+    hosts = (inventory, observations)
+    assert ("host node-1: fabric interface 'eth1' (NARWHAL_FABRIC_INTERFACE) has 2 global addresses (2001:db8::1, "
+            "198.18.0.1); set NARWHAL_NODE_1_IP to the one NIXL should use") in problems_of(hosts=hosts)
+    values = env_for(make_settings({"NARWHAL_NODE_1_IP": "2001:db8::1"}), hosts)
+    assert (values["NARWHAL_NODE_1_IP"], values["NARWHAL_NODE_1_URL"]) == ("2001:db8::1", "http://[2001:db8::1]:8000")
+    assert "NARWHAL_NODE_1_IP must be written as 2001:db8::1" in problems_of(
+        make_settings({"NARWHAL_NODE_1_IP": "2001:DB8:0::1"}), hosts)
+
+
+def test_a_node_ip_on_no_observed_interface_is_refused_not_exported() -> None:
+    """The address must be one discovery saw, or the role files and the launch records would disagree."""
+    message = problems_of(make_settings({"NARWHAL_NODE_1_IP": "203.0.113.77"}))
+    assert ("NARWHAL_NODE_1_IP is not a global address of host node-1's fabric interface 'eth1' (observed: "
+            "198.18.0.1); set it to one of them or remove it") in message
+    assert "must be an IP address" in problems_of(make_settings({"NARWHAL_NODE_2_IP": "node-two"}))
+    assert env_for(make_settings({"NARWHAL_NODE_2_IP": "198.18.0.2"}))["NARWHAL_NODE_2_IP"] == "198.18.0.2"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "problem"),
+    [
+        ("NARWHAL_NODE_1_ATTESTATION_URL", "http://10.0.0.1:8001/v1/attest", "must be an HTTP service URL "
+                                                                             "http://HOST:PORT/v1/attestation"),
+        ("NARWHAL_NODE_1_ATTESTATION_URL", "https://10.0.0.1:8001/v1/attestation", "must be an HTTP service URL"),
+        ("NARWHAL_NODE_1_ATTESTATION_URL", "http://10.0.0.1/v1/attestation", "must be an HTTP service URL"),
+        ("NARWHAL_NODE_1_ATTESTATION_URL", "http://u:p@10.0.0.1:8001/v1/attestation", "must be an HTTP service URL"),
+        ("NARWHAL_NODE_1_ATTESTATION_URL", "http://10.0.0.1:8001/v1/attestation?x=1", "must be an HTTP service URL"),
+        ("NARWHAL_NODE_1_URL", "http://10.0.0.1:8000/v1", "must be an HTTP service URL http://HOST:PORT (no"),
+        ("NARWHAL_NODE_1_URL", "http://10.0.0.1:99999", "must be an HTTP service URL"),
+        ("NARWHAL_NODE_1_URL", "http://10.0.0.1:9000", "must use the engine port 8000"),
+    ],
+)
+def test_a_malformed_service_url_override_is_refused(name: str, value: str, problem: str) -> None:
+    assert f"{name} {problem}" in problems_of(make_settings({name: value}))
+
+
+def test_a_well_formed_service_url_override_is_what_discovery_records() -> None:
+    values = env_for(make_settings({"NARWHAL_NODE_1_URL": "http://engine-1.example.invalid:8000",
+                                    "NARWHAL_NODE_2_ATTESTATION_URL": "http://[fd00::2]:9001/v1/attestation"}))
+    assert values["NARWHAL_NODE_1_URL"] == "http://engine-1.example.invalid:8000"
+    assert values["NARWHAL_NODE_2_ATTESTATION_URL"] == "http://[fd00::2]:9001/v1/attestation"
 
 
 def test_per_node_fabric_interface() -> None:

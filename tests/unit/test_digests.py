@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
+from helpers.readme import model_tree_digest_command, tree_digest_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +18,7 @@ from narwhal_assets.core.discovery.digests import (
     _check_entry,
     compare_replicas,
     first_difference,
+    model_tree_digest,
     tree_digest,
     tree_listing,
     verify_digest,
@@ -23,7 +26,7 @@ from narwhal_assets.core.discovery.digests import (
 from narwhal_assets.core.discovery.observations import CheckpointDigest, CheckpointFile
 from narwhal_assets.core.errors import InputError
 
-SHELL_TREE_DIGEST = "find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum -- | sha256sum"
+SHELL_TREE_DIGEST = tree_digest_command()
 
 
 def shell_tree_digest(root: Path) -> str:
@@ -89,6 +92,38 @@ TRICKY = {
 def test_tree_digest_matches_shell_pipeline_on_tricky_names(tmp_path: Path) -> None:
     write_tree(tmp_path, TRICKY)
     assert tree_digest(files_of(tmp_path)) == shell_tree_digest(tmp_path)
+
+
+def readme_model_tree_digest(root: Path) -> str:
+    """The README's `model_tree_sha256` program, run verbatim by bash in the directory."""
+    done = subprocess.run(["bash", "-c", model_tree_digest_command()], cwd=root, capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    return done.stdout.strip()
+
+
+def test_model_tree_digest_is_the_documented_fleet_manifest_digest(tmp_path: Path) -> None:
+    """Component order, not byte order: `a/b` sorts before `a.b` here (`a` < `a.b`), after it in the tree listing."""
+    write_tree(tmp_path, TRICKY)
+    files = files_of(tmp_path)
+    assert model_tree_digest(files) == readme_model_tree_digest(tmp_path)
+    assert model_tree_digest(files) == model_tree_digest(list(reversed(files)))
+    rows = [{"path": "a/b", "sha256": cf("a/b").sha256, "size": 1}, {"path": "a.b", "sha256": cf("a.b").sha256,
+                                                                      "size": 1}]  # fmt: skip
+    expected = hashlib.sha256(json.dumps(rows, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert model_tree_digest([cf("a.b"), cf("a/b")]) == expected
+
+
+def test_hub_download_metadata_is_outside_both_documented_digests(tmp_path: Path) -> None:
+    """Replicas fetched at different times carry different `.cache/huggingface/` files; the digests agree."""
+    write_tree(tmp_path, {"config.json": b"{}", "w.bin": b"w", "tok/.cache/huggingface/x": b"kept: not at the top"})
+    before = shell_tree_digest(tmp_path), readme_model_tree_digest(tmp_path)
+    write_tree(tmp_path, {".cache/huggingface/download/w.bin.metadata": b"etag 2025-11-30", ".cache/other": b"kept"})
+    after_other = shell_tree_digest(tmp_path), readme_model_tree_digest(tmp_path)
+    (tmp_path / ".cache" / "other").unlink()
+    assert before == (shell_tree_digest(tmp_path), readme_model_tree_digest(tmp_path))
+    assert after_other[0] != before[0] and after_other[1] != before[1]
+    kept = [f for f in files_of(tmp_path) if not f.path.startswith(".cache/huggingface/")]
+    assert before == (tree_digest(kept), model_tree_digest(kept))
 
 
 def test_tree_listing_is_sorted_by_utf8_bytes_whatever_the_input_order() -> None:
@@ -211,6 +246,9 @@ def test_compare_replicas_reports_every_differing_engine_at_once() -> None:
 def test_verify_digest_detects_a_tree_sha256_that_does_not_follow_from_the_files() -> None:
     good = digest("engine-1", "node-1", [cf("config.json")])
     verify_digest(good)
+    verify_digest(good.model_copy(update={"model_tree_sha256": model_tree_digest(good.files)}))
     forged = good.model_copy(update={"tree_sha256": "0" * 64})
     with pytest.raises(InputError, match="engine-1 on node-1: tree_sha256 does not match"):
         verify_digest(forged)
+    with pytest.raises(InputError, match="engine-1 on node-1: model_tree_sha256 does not match"):
+        verify_digest(good.model_copy(update={"model_tree_sha256": "0" * 64}))

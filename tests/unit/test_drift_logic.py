@@ -114,6 +114,8 @@ def test_the_drift_program_stats_files_and_hashes_only_config_json(tmp_path: Pat
     (model / "w.link").symlink_to("sub/w.bin")
     (model / "gone").symlink_to("nowhere")
     os.mkfifo(model / "pipe")
+    (model / ".cache" / "huggingface").mkdir(parents=True)  # hub download metadata: outside the tree digest
+    (model / ".cache" / "huggingface" / "w.bin.metadata").write_bytes(b"etag")
     params = {"commands": {"echo": ["echo", "hi"], "missing": ["no-such-tool-xyz"]}, "models": {"engine-1": str(model)}}
     script = drift_probe.__loader__.get_source(drift_probe.__name__) + f"\nmain({json.dumps(json.dumps(params))})\n"
     done = subprocess.run([sys.executable, "-I", "-S", "-"], input=script.encode(), capture_output=True, check=True)

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
+from narwhal_assets.core.discovery.manifest import generated_paths
 from narwhal_assets.core.inputs.inventory import load_inventory
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local.checkout import Checkout
@@ -27,3 +29,17 @@ def test_the_example_inventory_validates_when_saved(tmp_path: Path) -> None:
     shutil.copy(REPO / "config" / "hosts.example.json", tmp_path / "config" / "hosts.local.json")
     checkout = Checkout.from_settings(Settings.load(tmp_path, environ={}))
     assert checkout.inventory_saved and checkout.inventory.host_ids() == ["node-1", "node-2"]
+
+
+def test_every_generated_private_file_is_git_ignored(tmp_path: Path) -> None:
+    """`prepare` refuses a revision holding any of them, so `git add .` must never pick one up."""
+    settings = Settings.load(tmp_path, environ={})
+    generated = [path.relative_to(tmp_path) for path in generated_paths(settings)]
+    generated += [Path("config/engine-launch.engine-1.json"), Path("config/ssh.known_hosts.lock"),
+                  Path("runs/deployment-env/x/manifest.json"), Path("runs/deployment/fleet.json")]
+    names = [str(path) for path in generated]
+    done = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--non-matching", *names], cwd=REPO,
+                          capture_output=True, text=True, check=False)
+    not_ignored = [line.split("\t", 1)[1] for line in done.stdout.splitlines() if line.startswith("::")]
+    assert "config/profiling-limits.json" in names
+    assert not_ignored == []

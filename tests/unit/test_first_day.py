@@ -21,7 +21,7 @@ from helpers.git_repo import git_checkout
 from narwhal_assets.cli.interactive import role_shell_command
 from narwhal_assets.cli.main import build_parser
 from narwhal_assets.core.deployment.prepare_inputs import discovery_inputs_digest, input_digests
-from narwhal_assets.core.discovery.manifest import DiscoveryManifest
+from narwhal_assets.core.discovery.manifest import CONFIG_FORMAT, DiscoveryManifest
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.roles import Role
@@ -117,7 +117,7 @@ def test_prepare_after_env_changed_names_the_variables_never_their_values(checko
     run = checkout / "runs" / "discovery" / "20260101T000000Z-0a0b0c"
     run.mkdir(parents=True)
     (run / "manifest.json").write_text(render_json(DiscoveryManifest(
-        files={}, inputs_sha256=discovery_inputs_digest(settings, inventory),
+        config_format=CONFIG_FORMAT, files={}, inputs_sha256=discovery_inputs_digest(settings, inventory),
         inputs=input_digests(settings, inventory, "5a" * 32),
     )))  # fmt: skip
     with (checkout / ".env").open("a") as env:
@@ -129,6 +129,36 @@ def test_prepare_after_env_changed_names_the_variables_never_their_values(checko
     assert done.stderr == (f"deploy-hosts prepare: error: changed since discovery run {run}: "
                            "NARWHAL_ENGINE_MODEL_NAME (set since), NARWHAL_NODE_2_SSH; run `deploy-hosts discover` "
                            "before preparing\n")  # fmt: skip
+
+
+def test_prepare_from_a_config_set_of_the_previous_format_is_refused_in_one_line(checkout: Path) -> None:
+    """A set discovered before launch records took the serving fleet's shape is never read as today's."""
+    with (checkout / ".env").open("a") as env:
+        env.write(f"NARWHAL_DEPLOYMENT_REVISION={git_checkout(checkout)}\n")
+    run = checkout / "runs" / "discovery" / "20260101T000000Z-0a0b0c"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text('{"schema": "narwhal.discovery-manifest", "schema_version": 1, "files": {}}\n')
+    before = written(checkout)
+    done = deploy_hosts(checkout, "prepare")
+    assert_input_error(done, checkout, before)
+    assert done.stderr == (f"deploy-hosts prepare: error: discovery run {run}: config set discovered with format 1, "
+                           "re-run discover (this version prepares format 2: `deploy-hosts discover`)\n")  # fmt: skip
+
+
+def test_discover_with_a_missing_engine_setting_writes_nothing(checkout: Path) -> None:
+    """No inventory and no run directory: a saved inventory would outlive the fix (and block a colocation
+    chosen in .env afterwards)."""
+    before = written(checkout)
+    done = deploy_hosts(checkout, "discover")
+    assert_input_error(done, checkout, before)
+    assert not (checkout / "config" / "hosts.local.json").exists() and not (checkout / "runs").exists()
+    assert "engine-1: NARWHAL_MODEL_DIR is unset" in done.stderr
+    with (checkout / ".env").open("a") as env:  # colocate engine-2 with engine-1, and a skip of NIXL's check
+        env.write(f"NARWHAL_NODE_2_SSH='{DEST_1}'\nNARWHAL_ENGINE_ENV='VLLM_NIXL_SKIP_COMPATIBILITY_CHECK=1'\n")
+    done = deploy_hosts(checkout, "discover")
+    assert_input_error(done, checkout, before)
+    assert "distinct" not in done.stderr  # the inventory is derived afresh: nothing saved blocks the colocation
+    assert "VLLM_NIXL_SKIP_COMPATIBILITY_CHECK turns off NIXL's compatibility check" in done.stderr
 
 
 def test_discover_with_a_broken_inventory_creates_no_run(checkout: Path) -> None:

@@ -11,13 +11,13 @@ from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch.fleet import Fleet, build_fleet, fleet_references
-from narwhal_assets.core.launch.launch_records import build_launch_config
+from narwhal_assets.core.launch.launch_records import build_launch_records
 
 
 def fleet_for(settings=None, hosts=None) -> Fleet:
     settings = settings or make_settings()
     inventory, observations = hosts or two_hosts()
-    launch = build_launch_config(settings, inventory, observations)
+    launch = build_launch_records(settings, inventory, observations).config
     return build_fleet(settings, inventory, observations, launch)
 
 
@@ -123,7 +123,7 @@ def test_fewer_than_two_engines_is_refused() -> None:
     inventory = Inventory(hosts=[HostEntry(id="node-1", ssh_env="NARWHAL_NODE_1_SSH", roles=["router", "engine-1"])])
     observations = {"node-1": observation("node-1", ["router", "engine-1"])}
     settings = make_settings()
-    launch = build_launch_config(settings, inventory, observations)
+    launch = build_launch_records(settings, inventory, observations).config
     with pytest.raises(InputError, match=r"the fleet needs at least two engines .*found 1"):
         build_fleet(settings, inventory, observations, launch)
 
@@ -131,7 +131,7 @@ def test_fewer_than_two_engines_is_refused() -> None:
 def test_missing_model_name_is_refused() -> None:
     settings = make_settings()
     inventory, observations = two_hosts()
-    launch = build_launch_config(settings, inventory, observations)
+    launch = build_launch_records(settings, inventory, observations).config
     without = make_settings(base={})
     with pytest.raises(InputError, match="engine-1: NARWHAL_ENGINE_MODEL_NAME is unset; it is required"):
         build_fleet(without, inventory, observations, launch)
@@ -143,7 +143,7 @@ def test_missing_model_name_is_refused() -> None:
 def test_missing_launch_record_or_observation_is_refused() -> None:
     settings = make_settings()
     inventory, observations = two_hosts()
-    launch = build_launch_config(settings, inventory, observations)
+    launch = build_launch_records(settings, inventory, observations).config
     partial = launch.model_copy(update={"engines": {"engine-1": launch.engines["engine-1"]}})
     with pytest.raises(InputError) as info:
         build_fleet(settings, inventory, {"node-1": observations["node-1"]}, partial)

@@ -176,6 +176,16 @@ def test_unreadable_or_malformed_manifests_name_the_file_and_field(tmp_path: Pat
         load_manifest(tmp_path)
 
 
+def test_a_run_prepared_in_the_previous_format_is_refused_in_one_line_never_misread(tmp_path: Path) -> None:
+    make_run(tmp_path)
+    raw = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**raw, "schema_version": 1}))
+    with pytest.raises(InputError) as raised:
+        load_manifest(tmp_path)
+    assert raised.value.problems == [f"{tmp_path}: prepared with format 1, re-run prepare (this version reads format "
+                                     "2: `deploy-hosts prepare`)"]  # fmt: skip
+
+
 def test_an_unreadable_prepared_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     make_run(tmp_path)
     fifo = tmp_path / "node-2" / ".env.engine-2"

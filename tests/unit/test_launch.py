@@ -6,27 +6,37 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.launch_inputs import IMAGE_ID, colocated, gpu, make_settings, observation, rdma_port, two_hosts
+from helpers.launch_inputs import IMAGE_ID, PACKAGES, colocated, gpu, make_settings, observation, rdma_port, two_hosts
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch.launch_records import (
     EngineLaunchConfig,
     EngineLaunchFile,
-    build_launch_config,
+    LaunchRecords,
+    build_launch_records,
     engine_launch_file,
-    launch_sources,
     resolve_engine_field,
 )
 from narwhal_assets.core.launch.policy import FIELDS, REQUIRED_FIELDS, SourceLayer
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "launch-policy.md"
-NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+NIXL = ('{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_load_failure_policy":"fail",'
+        '"kv_connector_extra_config":{"backends":["UCX"],"enforce_handshake_compat":true}}')
+
+
+def records(settings=None, hosts=None, **kwargs) -> LaunchRecords:
+    inventory, observations = hosts or two_hosts()
+    return build_launch_records(settings or make_settings(), inventory, observations, **kwargs)
 
 
 def build(settings=None, hosts=None, **kwargs) -> EngineLaunchConfig:
-    inventory, observations = hosts or two_hosts()
-    return build_launch_config(settings or make_settings(), inventory, observations, **kwargs)
+    return records(settings, hosts, **kwargs).config
+
+
+def environment(config: EngineLaunchConfig, n: int) -> dict[str, str]:
+    """What the launcher sets for engine n: the per-engine file's `environment`."""
+    return engine_launch_file(config, n, "decode").environment
 
 
 def problems_of(settings=None, hosts=None, **kwargs) -> str:
@@ -44,57 +54,71 @@ def test_defaults_generate_the_documented_command_line() -> None:
         "/models/llama",
         "--served-model-name", "llama-3.1-8b",
         "--tensor-parallel-size", "2",
-        "--max-num-seqs", "8",
-        "--max-model-len", "16384",
-        "--gpu-memory-utilization", "0.9",
-        "--block-size", "128",
+        "--dtype", "bfloat16",
         "--kv-cache-dtype", "auto",
+        "--block-size", "128",
         "--port", "8000",
+        "--no-enable-prefix-caching",
         "--kv-transfer-config", NIXL,
+        "--max-model-len", "16384",
+        "--max-num-seqs", "8",
+        "--gpu-memory-utilization", "0.9",
         "--enforce-eager",
     ]
-    assert json.loads(NIXL) == {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    assert entry.runtime.extra_args == entry.args[-7:]  # where the fleet's launcher and profiler read them
+    assert json.loads(NIXL)["kv_connector_extra_config"]["enforce_handshake_compat"] is True
 
 
 def test_defaults_place_the_engine_on_every_observed_gpu_over_tcp() -> None:
     entry = build().engines["engine-2"]
     assert entry.host_id == "node-2"
     assert entry.accelerator == "NVIDIA H100 80GB HBM3"
-    assert entry.gpu_ids == [0, 1]
+    assert entry.gpu_ids == ["0", "1"]
     assert entry.tensor_parallel_size == 2
     assert entry.gpu_visibility_env == "CUDA_VISIBLE_DEVICES"
     assert entry.accelerator_devices == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
     assert entry.network_mode == "host"
     assert entry.fabric_address == "198.18.0.2"
-    assert entry.transfer.model_dump() == {"transport": "ucx_tcp", "net_devices": "eth1", "devices": ["eth1"],
-                                           "gpu_tls": ["cuda_copy", "cuda_ipc"]}
-    assert entry.runtime.environment == {
+    assert entry.transfer.model_dump() == {"transport": "ucx_tcp", "net_devices": "eth1", "devices": [],
+                                           "gpu_tls": "cuda"}
+    assert entry.runtime.environment == {}  # nothing the launcher manages itself
+    assert environment(build(), 2) == {
         "CUDA_VISIBLE_DEVICES": "0,1",
-        "UCX_TLS": "tcp,cuda_copy,cuda_ipc",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "UCX_TLS": "tcp,sm,self,cuda",
         "UCX_NET_DEVICES": "eth1",
         "UCX_TCP_PORT_RANGE": "50000-50999",
+        "NIXL_HOST_IP": "198.18.0.2",
         "VLLM_NIXL_SIDE_CHANNEL_HOST": "198.18.0.2",
         "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
     }
     assert entry.runtime.block_size == 128
     assert entry.runtime.kv_cache_dtype == "auto"
-    assert entry.runtime.model_dtype == "auto"
+    assert entry.runtime.model_dtype == "bfloat16"
+    assert entry.runtime.expected_packages == PACKAGES
+    assert entry.sources.allocation.startswith("node-2.json") and entry.sources.transfer
     assert entry.ports.model_dump() == {"engine": 8000, "attestation": 8001, "nixl_side_channel": 5600,
                                         "nixl_side_channel_window": (5600, 5602), "ucx_tcp_port_range": "50000-50999"}
 
 
 def test_default_sources_name_the_default_layer_and_the_observation_file() -> None:
-    sources = build(observation_dir="runs/discovery/r1").engines["engine-1"].sources
-    assert sources["max_num_seqs"].layer is SourceLayer.DEFAULT
-    assert sources["max_num_seqs"].variable is None
-    assert sources["engine_model_name"].layer is SourceLayer.DOTENV
-    assert sources["engine_model_name"].variable == "NARWHAL_ENGINE_MODEL_NAME"
-    assert sources["gpu_ids"].layer is SourceLayer.DISCOVERED
-    assert sources["gpu_ids"].observation == "runs/discovery/r1/node-1.json"
-    assert sources["fabric_address"].observation == "runs/discovery/r1/node-1.json"
-    assert sources["fabric_address"].variable == "NARWHAL_FABRIC_INTERFACE"
-    assert sources["tensor_parallel_size"].detail == "number of allocated GPUs"
-    assert {f.key for f in FIELDS} <= set(sources)
+    index = records(observation_dir="runs/discovery/r1").sources
+
+    def sources(field: str):
+        return index.source("engine-1", field)
+
+    assert sources("max_num_seqs").layer is SourceLayer.DEFAULT
+    assert sources("max_num_seqs").variable is None
+    assert sources("engine_model_name").layer is SourceLayer.DOTENV
+    assert sources("engine_model_name").variable == "NARWHAL_ENGINE_MODEL_NAME"
+    assert sources("gpu_ids").layer is SourceLayer.DISCOVERED
+    assert sources("gpu_ids").observation == "runs/discovery/r1/node-1.json"
+    assert sources("fabric_address").observation == "runs/discovery/r1/node-1.json"
+    assert sources("fabric_address").variable == "NARWHAL_FABRIC_INTERFACE"
+    assert sources("tensor_parallel_size").detail == "number of allocated GPUs"
+    assert {f.key for f in FIELDS} <= set(index.shared) | set(index.engines["engine-1"])
+    assert build(observation_dir="runs/discovery/r1").engines["engine-1"].sources.devices.startswith(
+        "runs/discovery/r1/node-1.json")
 
 
 def test_max_model_len_default_is_capped_by_the_model_but_an_explicit_excess_is_refused() -> None:
@@ -103,9 +127,9 @@ def test_max_model_len_default_is_capped_by_the_model_but_an_explicit_excess_is_
     assert "--max-model-len" in config.engines["engine-1"].args
     args = config.engines["engine-1"].args
     assert args[args.index("--max-model-len") + 1] == "8192"
-    assert "capped" in (config.engines["engine-1"].sources["max_model_len"].detail or "")
     assert config.engines["engine-1"].runtime.model_dtype == "bfloat16"
     assert config.engines["engine-2"].args[config.engines["engine-2"].args.index("--max-model-len") + 1] == "16384"
+    assert "capped" in (records(model_configs=configs).sources.source("engine-1", "max_model_len").detail or "")
     message = problems_of(make_settings({"NARWHAL_MAX_MODEL_LEN": "32768"}), model_configs=configs)
     assert "engine-1: NARWHAL_MAX_MODEL_LEN exceeds the model's max_position_embeddings (8192)" in message
 
@@ -124,16 +148,16 @@ def test_dotenv_fleet_value_and_process_node_override_are_recorded_by_layer() ->
     assert one.args[one.args.index("--max-num-seqs") + 1] == "16"
     assert two.args[two.args.index("--max-num-seqs") + 1] == "4"
     assert one.args[one.args.index("--gpu-memory-utilization") + 1] == "0.85"
-    index = launch_sources(config).engines
-    assert index["engine-1"]["max_num_seqs"].layer is SourceLayer.DOTENV
-    assert index["engine-1"]["max_num_seqs"].variable == "NARWHAL_MAX_NUM_SEQS"
-    assert index["engine-2"]["max_num_seqs"].layer is SourceLayer.NODE_OVERRIDE
-    assert index["engine-2"]["max_num_seqs"].variable == "NARWHAL_NODE_2_MAX_NUM_SEQS"
-    assert index["engine-1"]["gpu_memory_utilization"].layer is SourceLayer.PROCESS
-    assert index["engine-1"]["engine_image"].layer is SourceLayer.DISCOVERED
-    assert index["engine-1"]["engine_image"].variable == "NARWHAL_NODE_1_ENGINE_IMAGE"
-    assert index["engine-2"]["engine_image"].layer is SourceLayer.DOTENV
-    assert index["engine-1"]["max_num_seqs"] == one.sources["max_num_seqs"]
+    index = records(settings).sources
+    assert index.source("engine-1", "max_num_seqs").layer is SourceLayer.DOTENV
+    assert index.source("engine-1", "max_num_seqs").variable == "NARWHAL_MAX_NUM_SEQS"
+    assert index.source("engine-2", "max_num_seqs").layer is SourceLayer.NODE_OVERRIDE
+    assert index.source("engine-2", "max_num_seqs").variable == "NARWHAL_NODE_2_MAX_NUM_SEQS"
+    assert index.source("engine-1", "gpu_memory_utilization").layer is SourceLayer.PROCESS
+    assert index.source("engine-1", "engine_image").layer is SourceLayer.DISCOVERED
+    assert index.source("engine-1", "engine_image").variable == "NARWHAL_NODE_1_ENGINE_IMAGE"
+    assert index.source("engine-2", "engine_image").layer is SourceLayer.DOTENV
+    assert "gpu_memory_utilization" in index.shared and "max_num_seqs" not in index.shared
 
 
 def test_node_override_wins_over_a_fleet_value_from_a_higher_layer() -> None:
@@ -145,7 +169,7 @@ def test_node_override_wins_over_a_fleet_value_from_a_higher_layer() -> None:
     resolved = resolve_engine_field(settings, 1, "NARWHAL_ENGINE_IMAGE")
     assert (resolved.value, resolved.layer, resolved.variable) == (IMAGE_ID, SourceLayer.DISCOVERED,
                                                                    "NARWHAL_NODE_1_ENGINE_IMAGE")
-    assert build(settings).engines["engine-1"].sources["engine_image"].layer is SourceLayer.DISCOVERED
+    assert records(settings).sources.source("engine-1", "engine_image").layer is SourceLayer.DISCOVERED
     same_name = resolve_engine_field(make_settings({"NARWHAL_NODE_1_ENGINE_PORT": "9000"},
                                                    discovered={"NARWHAL_NODE_1_ENGINE_PORT": "7000"}), 1, "ENGINE_PORT")
     assert (same_name.value, same_name.layer) == ("9000", SourceLayer.NODE_OVERRIDE)
@@ -177,9 +201,10 @@ def test_an_empty_override_of_a_required_field_is_an_error_against_that_field(fi
 
 
 def test_an_empty_override_of_an_optional_field_is_a_value() -> None:
-    settings = make_settings({"NARWHAL_EXTRA_ENGINE_ARGS": "--seed 7", "NARWHAL_NODE_2_EXTRA_ENGINE_ARGS": ""})
+    settings = make_settings({"NARWHAL_EXTRA_ENGINE_ARGS": "--max-num-batched-tokens 4096",
+                              "NARWHAL_NODE_2_EXTRA_ENGINE_ARGS": ""})  # fmt: skip
     config = build(settings)
-    assert config.engines["engine-1"].args[-2:] == ["--seed", "7"]
+    assert config.engines["engine-1"].args[-2:] == ["--max-num-batched-tokens", "4096"]
     assert config.engines["engine-2"].args[-1] == "--enforce-eager"
 
 
@@ -214,14 +239,22 @@ COLOCATED_OK = {
 
 
 def test_colocated_engines_with_disjoint_allocations_and_ports() -> None:
-    config = build(make_settings(COLOCATED_OK), hosts=colocated())
+    built = records(make_settings(COLOCATED_OK), hosts=colocated())
+    config = built.config
     one, two = config.engines["engine-1"], config.engines["engine-2"]
-    assert one.gpu_ids == [0, 1]
-    assert two.gpu_ids == ["GPU-00000002-aaaa-bbbb-cccc-000000000000", 3]
+    assert one.gpu_ids == ["0", "1"]
+    assert two.gpu_ids == ["2", "3"]  # a UUID is recorded as its index: vLLM reads CUDA_VISIBLE_DEVICES as integers
     assert two.accelerator_devices[:2] == ["/dev/nvidia2", "/dev/nvidia3"]
-    assert two.runtime.environment["CUDA_VISIBLE_DEVICES"] == "0,1"
-    assert two.sources["gpu_ids"].layer is SourceLayer.NODE_OVERRIDE
-    assert config.engines["engine-3"].gpu_ids == [0, 1]
+    assert built.sources.source("engine-2", "gpu_ids").layer is SourceLayer.NODE_OVERRIDE
+    assert config.engines["engine-3"].gpu_ids == ["0", "1"]
+
+
+def test_colocated_engines_see_their_own_gpus_first_then_their_peers() -> None:
+    """The serving fleet's visibility order: CUDA IPC between engines on one host needs the peers' GPUs."""
+    config = build(make_settings(COLOCATED_OK), hosts=colocated())
+    visible = {n: environment(config, n)["CUDA_VISIBLE_DEVICES"] for n in (1, 2, 3)}
+    assert visible == {1: "0,1,2,3", 2: "2,3,0,1", 3: "0,1"}
+    assert engine_launch_file(config, 2, "decode").vllm_args == ["--tensor-parallel-size", "2"]
 
 
 def test_colocated_engines_sharing_a_gpu_are_refused() -> None:
@@ -254,7 +287,7 @@ def test_gpu_ids_are_validated_against_the_observed_gpus(value: str, expected: s
 def test_tensor_parallel_defaults_to_the_allocation_and_is_bounded_by_it() -> None:
     config = build(make_settings({"NARWHAL_GPU_IDS": "1", "NARWHAL_NODE_2_TENSOR_PARALLEL_SIZE": "1"}))
     assert config.engines["engine-1"].tensor_parallel_size == 1
-    assert config.engines["engine-1"].runtime.environment["CUDA_VISIBLE_DEVICES"] == "0"
+    assert environment(config, 1)["CUDA_VISIBLE_DEVICES"] == "1"  # the host's index: every GPU is mapped
     assert config.engines["engine-1"].accelerator_devices[0] == "/dev/nvidia1"
     message = problems_of(make_settings({"NARWHAL_NODE_2_TENSOR_PARALLEL_SIZE": "4"}))
     assert "engine-2: NARWHAL_NODE_2_TENSOR_PARALLEL_SIZE must be 1..2 (GPUs allocated by NARWHAL_GPU_IDS)" in message
@@ -278,19 +311,31 @@ def test_hosts_without_gpus_or_observation_are_reported() -> None:
 # ------------------------------------------------------------------------------------------ UCX selection
 
 
-def test_rdma_transport_uses_the_active_port() -> None:
-    hosts = two_hosts(rdma=[rdma_port("1: DOWN", ["eth2"]), rdma_port()])
-    entry = build(make_settings({"NARWHAL_TRANSFER_TRANSPORT": "ucx_rdma"}), hosts).engines["engine-1"]
+def test_rdma_transport_maps_the_active_ports_verbs_devices() -> None:
+    """Without its /dev/infiniband character devices an RDMA engine container has no verbs device."""
+    hosts = two_hosts(rdma=[rdma_port("1: DOWN", ["eth2"], device="mlx5_1", verbs=["uverbs1"]), rdma_port()],
+                      rdma_devices=["rdma_cm", "uverbs0", "uverbs1"])  # fmt: skip
+    config = build(make_settings({"NARWHAL_TRANSFER_TRANSPORT": "ucx_rdma"}), hosts)
+    entry = config.engines["engine-1"]
     assert entry.transfer.transport == "ucx_rdma"
-    assert entry.transfer.devices == ["mlx5_0:1"]
-    assert entry.runtime.environment["UCX_NET_DEVICES"] == "mlx5_0:1"
-    assert entry.runtime.environment["UCX_TLS"] == "rc,cuda_copy,cuda_ipc"
+    assert entry.transfer.net_devices == "mlx5_0:1"
+    assert entry.transfer.devices == ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"]
+    assert environment(config, 1)["UCX_NET_DEVICES"] == "mlx5_0:1"
+    assert environment(config, 1)["UCX_TLS"] == "rc,sm,self,cuda"
+
+
+def test_rdma_without_the_verbs_character_device_is_refused_naming_the_transport() -> None:
+    message = problems_of(make_settings({"NARWHAL_NODE_2_TRANSFER_TRANSPORT": "ucx_rdma"}),
+                          hosts=two_hosts(rdma=[rdma_port()], rdma_devices=["rdma_cm"]))  # fmt: skip
+    assert ("host node-2: engine-2 NARWHAL_NODE_2_TRANSFER_TRANSPORT is ucx_rdma but mlx5_0 has no verbs "
+            "character device under /dev/infiniband") in message
 
 
 def test_tcp_policy_stays_on_tcp_even_with_an_active_rdma_port() -> None:
-    entry = build(hosts=two_hosts(rdma=[rdma_port()])).engines["engine-1"]
-    assert entry.runtime.environment["UCX_NET_DEVICES"] == "eth1"
-    assert entry.runtime.environment["UCX_TLS"].startswith("tcp,")
+    config = build(hosts=two_hosts(rdma=[rdma_port()]))
+    assert environment(config, 1)["UCX_NET_DEVICES"] == "eth1"
+    assert environment(config, 1)["UCX_TLS"].startswith("tcp,")
+    assert config.engines["engine-1"].transfer.devices == []
 
 
 def test_rdma_policy_without_an_active_port_is_an_error() -> None:
@@ -339,20 +384,34 @@ def test_fabric_interface_missing_or_without_address_names_host_and_interface() 
         ({"NARWHAL_MAX_MODEL_LEN": "lots"}, "NARWHAL_MAX_MODEL_LEN must be an integer"),
         ({"NARWHAL_GPU_MEMORY_UTILIZATION": "1.5"}, "NARWHAL_GPU_MEMORY_UTILIZATION must be a number in (0, 1]"),
         ({"NARWHAL_KV_BLOCK_SIZE": "100"}, "NARWHAL_KV_BLOCK_SIZE must be one of 8, 16, 32, 64, 128, 256"),
-        ({"NARWHAL_KV_CACHE_DTYPE": "int4"}, "NARWHAL_KV_CACHE_DTYPE must be one of auto, fp8"),
+        ({"NARWHAL_KV_CACHE_DTYPE": "fp8"}, "NARWHAL_KV_CACHE_DTYPE must be one of auto"),
+        ({"NARWHAL_MODEL_DTYPE": "float32"}, "NARWHAL_MODEL_DTYPE must be one of bfloat16, float16"),
         ({"NARWHAL_ENFORCE_EAGER": "yes"}, "NARWHAL_ENFORCE_EAGER must be one of 0, 1"),
         ({"NARWHAL_TRANSFER_TRANSPORT": "tcp"}, "NARWHAL_TRANSFER_TRANSPORT must be one of ucx_tcp, ucx_rdma"),
-        ({"NARWHAL_UCX_GPU_TLS": "cuda_copy,sm"}, "NARWHAL_UCX_GPU_TLS must list some of cuda_copy"),
+        ({"NARWHAL_UCX_GPU_TLS": "cuda_copy,cuda_ipc"}, "NARWHAL_UCX_GPU_TLS must be one of cuda, cuda_copy"),
         ({"NARWHAL_TENSOR_PARALLEL_SIZE": ""}, "NARWHAL_TENSOR_PARALLEL_SIZE must be an integer in 1..64"),
-        ({"NARWHAL_EXTRA_ENGINE_ARGS": "--max-num-seqs 64"}, "flag --max-num-seqs is not allowed"),
-        ({"NARWHAL_EXTRA_ENGINE_ARGS": "--port=9000"}, "flag --port is not allowed"),
+        ({"NARWHAL_EXTRA_ENGINE_ARGS": "--max-num-seqs 64"}, "flag --max-num-seqs is set by the launch policy; set "
+                                                             "NARWHAL_MAX_NUM_SEQS instead"),
+        ({"NARWHAL_EXTRA_ENGINE_ARGS": "--enforce-eager"}, "set NARWHAL_ENFORCE_EAGER instead"),
+        ({"NARWHAL_EXTRA_ENGINE_ARGS": "--port=9000"}, "flag --port is not allowed (the serving fleet's launcher "
+                                                       "accepts --async-scheduling"),
         ({"NARWHAL_EXTRA_ENGINE_ARGS": "--api-key abc"}, "flag --api-key is not allowed"),
-        ({"NARWHAL_EXTRA_ENGINE_ARGS": "7 --seed"}, "NARWHAL_EXTRA_ENGINE_ARGS must start with a flag"),
+        ({"NARWHAL_EXTRA_ENGINE_ARGS": "--seed 7"}, "flag --seed is not allowed"),
+        ({"NARWHAL_EXTRA_ENGINE_ARGS": "--enable-prefix-caching"}, "flag --enable-prefix-caching is not allowed"),
+        ({"NARWHAL_EXTRA_ENGINE_ARGS": "7 --trust-remote-code"}, "NARWHAL_EXTRA_ENGINE_ARGS: '7' follows no option"),
+        ({"NARWHAL_EXTRA_ENGINE_ARGS": "--trust-remote-code yes"}, "'yes' follows no option that takes a value"),
+        ({"NARWHAL_EXTRA_ENGINE_ARGS": "--reasoning-parser --trust-remote-code"}, "--reasoning-parser needs a value"),
         ({"NARWHAL_EXTRA_ENGINE_ARGS": "--seed '7"}, "NARWHAL_EXTRA_ENGINE_ARGS is not valid shell-quoted words"),
         ({"NARWHAL_ENGINE_ENV": "HF_TOKEN=hf_sentinel"}, "HF_TOKEN looks like a credential"),
         ({"NARWHAL_ENGINE_ENV": "VLLM_API_KEY=sentinel"}, "VLLM_API_KEY looks like a credential"),
+        ({"NARWHAL_ENGINE_ENV": "VLLM_NIXL_SKIP_COMPATIBILITY_CHECK=1"}, "VLLM_NIXL_SKIP_COMPATIBILITY_CHECK turns "
+                                                                          "off NIXL's compatibility check"),
         ({"NARWHAL_ENGINE_ENV": "LD_PRELOAD=/tmp/x.so"}, "LD_PRELOAD is not allow-listed"),
-        ({"NARWHAL_ENGINE_ENV": "UCX_TLS=all"}, "UCX_TLS is set by the launch policy"),
+        ({"NARWHAL_ENGINE_ENV": "NCCL_DEBUG=INFO"}, "NCCL_DEBUG is not allow-listed"),
+        ({"NARWHAL_ENGINE_ENV": "HF_HUB_OFFLINE=1"}, "HF_HUB_OFFLINE is not allow-listed"),
+        ({"NARWHAL_ENGINE_ENV": "PYTHONPATH=/x"}, "PYTHONPATH is set by the launcher"),
+        ({"NARWHAL_ENGINE_ENV": "UCX_TLS=all"}, "UCX_TLS is set by the launcher from the launch record"),
+        ({"NARWHAL_ENGINE_ENV": "NIXL_HOST_IP=10.0.0.9"}, "NIXL_HOST_IP is set by the launcher"),
         ({"NARWHAL_ENGINE_ENV": "lower=1"}, "lower is not an upper-case variable name"),
         ({"NARWHAL_ENGINE_ENV": "JUSTAWORD"}, "a word is not NAME=value"),
     ],
@@ -367,20 +426,40 @@ def test_validation_rule(overrides: dict[str, str], expected: str) -> None:
 
 def test_allowed_extras_reach_args_and_environment() -> None:
     settings = make_settings({
-        "NARWHAL_EXTRA_ENGINE_ARGS": "--enable-prefix-caching --max-num-batched-tokens=8192 --seed -1",
-        "NARWHAL_ENGINE_ENV": "NCCL_DEBUG=INFO 'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True'",
+        "NARWHAL_EXTRA_ENGINE_ARGS": "--max-num-batched-tokens=8192 --trust-remote-code --attention-backend FLASHINFER",
+        "NARWHAL_ENGINE_ENV": "VLLM_LOGGING_LEVEL=DEBUG 'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True'",
         "NARWHAL_ENFORCE_EAGER": "0",
-        "NARWHAL_KV_CACHE_DTYPE": "fp8",
+        "NARWHAL_MODEL_DTYPE": "float16",
         "NARWHAL_ENGINE_IMAGE": "registry.example.com/narwhal/engine@sha256:" + "d" * 64,
     })
     entry = build(settings).engines["engine-1"]
-    assert entry.args[entry.args.index("--kv-transfer-config") + 2:] == [
-        "--enable-prefix-caching", "--max-num-batched-tokens=8192", "--seed", "-1"]
+    extras = ["--max-num-batched-tokens", "8192", "--trust-remote-code", "--attention-backend", "FLASHINFER"]
+    assert entry.runtime.extra_args == ["--max-model-len", "16384", "--max-num-seqs", "8",
+                                        "--gpu-memory-utilization", "0.9", *extras]  # `--flag=value` split in two
+    assert entry.args[entry.args.index("--kv-transfer-config") + 2:] == entry.runtime.extra_args
     assert "--enforce-eager" not in entry.args
-    assert entry.args[entry.args.index("--kv-cache-dtype") + 1] == "fp8"
-    assert entry.runtime.extra_args == ["--enable-prefix-caching", "--max-num-batched-tokens=8192", "--seed", "-1"]
-    assert entry.runtime.environment["NCCL_DEBUG"] == "INFO"
-    assert entry.runtime.environment["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert entry.args[entry.args.index("--dtype") + 1] == entry.runtime.model_dtype == "float16"
+    assert entry.runtime.environment == {"VLLM_LOGGING_LEVEL": "DEBUG",
+                                         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_expected_packages_are_the_images_pinned_versions() -> None:
+    inventory, observations = two_hosts()
+    observations["node-2"] = observation("node-2", ["engine-2"], ip="198.18.0.2", packages={"vllm": "0.11.0"})
+    assert ("host node-2: engine-2 image has no nixl package (read with importlib.metadata inside it); the serving "
+            "fleet's launcher pins the vllm and nixl versions") in problems_of(hosts=(inventory, observations))
+    rocm = {"vllm": "0.11.0", "nixl-rocm": "0.6.1", "flash-attn": "2.8"}
+    observations["node-2"] = observation("node-2", ["engine-2"], ip="198.18.0.2", packages=rocm)
+    assert build(hosts=(inventory, observations)).engines["engine-2"].runtime.expected_packages == {
+        "nixl-rocm": "0.6.1", "vllm": "0.11.0"}
+
+
+def test_a_four_byte_model_dtype_needs_the_variable() -> None:
+    configs = {1: {"torch_dtype": "float32"}, 2: {"text_config": {"dtype": "float16"}}}
+    assert ("engine-1: the model config's dtype 'float32' is not bfloat16 or float16, the dtypes the serving "
+            "fleet's launcher runs; set NARWHAL_MODEL_DTYPE") in problems_of(model_configs=configs)
+    config = build(make_settings({"NARWHAL_NODE_1_MODEL_DTYPE": "bfloat16"}), model_configs=configs)
+    assert [config.engines[e].runtime.model_dtype for e in ("engine-1", "engine-2")] == ["bfloat16", "float16"]
 
 
 def test_ipv6_only_fabric_interface() -> None:
@@ -388,8 +467,23 @@ def test_ipv6_only_fabric_interface() -> None:
     inventory, observations = hosts
     observations["node-1"] = observation("node-1", ["router", "engine-1"],
                                          addresses=[("inet6", "2001:db8::1")])
-    entry = build(hosts=(inventory, observations)).engines["engine-1"]
-    assert entry.runtime.environment["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "2001:db8::1"
+    config = build(hosts=(inventory, observations))
+    assert config.engines["engine-1"].fabric_address == "2001:db8::1"
+    assert environment(config, 1)["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "2001:db8::1"
+
+
+def test_a_fabric_interface_with_two_global_addresses_needs_the_node_ip() -> None:
+    """Taking the first would advertise an address the operator never chose; the selection must be observed."""
+    inventory, observations = two_hosts()
+    observations["node-2"] = observation("node-2", ["engine-2"], addresses=[("inet", "198.18.0.2"),
+                                                                            ("inet", "198.18.9.2")])  # fmt: skip
+    hosts = (inventory, observations)
+    assert ("host node-2: fabric interface 'eth1' (NARWHAL_FABRIC_INTERFACE) has 2 global addresses (198.18.0.2, "
+            "198.18.9.2); set NARWHAL_NODE_2_IP to the one NIXL should use") in problems_of(hosts=hosts)
+    chosen = build(make_settings({"NARWHAL_NODE_2_IP": "198.18.9.2"}), hosts=hosts)
+    assert chosen.engines["engine-2"].fabric_address == "198.18.9.2"
+    assert ("NARWHAL_NODE_2_IP is not a global address of host node-2's fabric interface 'eth1' (observed: "
+            "198.18.0.2, 198.18.9.2)") in problems_of(make_settings({"NARWHAL_NODE_2_IP": "203.0.113.77"}), hosts)
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -403,22 +497,25 @@ def test_engine_launch_file_and_json_roundtrip() -> None:
     assert EngineLaunchConfig.model_validate(data) == config
     per_engine = engine_launch_file(config, 2, "decode")
     dumped = json.loads(render_json(per_engine))
-    assert dumped["schema"] == "narwhal.engine-launch.engine"
-    assert (dumped["engine"], dumped["iid"], dumped["role"]) == ("engine-2", "n2", "decode")
-    assert dumped["environment"] == config.engines["engine-2"].runtime.environment
+    assert (dumped["schema"], dumped["schema_version"]) == ("narwhal.engine-launch", 1)
+    assert (dumped["role"], dumped["iid"], dumped["serving_role"]) == ("engine-2", "n2", "decode")
+    assert dumped["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert dumped["args"] == config.engines["engine-2"].args
+    assert {k: v for k, v in dumped.items() if k in data["engines"]["engine-2"]} == data["engines"]["engine-2"]
     assert EngineLaunchFile.model_validate(dumped) == per_engine
     with pytest.raises(InputError, match="no record for engine-9"):
         engine_launch_file(config, 9, "decode")
 
 
 def test_sources_file_shape() -> None:
-    data = json.loads(render_json(launch_sources(build())))
+    data = json.loads(render_json(records().sources))
     assert data["schema"] == "narwhal.engine-launch-sources"
-    assert data["schema_version"] == 1
-    assert data["engines"]["engine-1"]["max_num_seqs"] == {"layer": "default"}
-    assert data["engines"]["engine-2"]["engine_port"] == {"layer": "default"}
-    assert data["engines"]["engine-1"]["engine_image"] == {"layer": "dotenv", "variable": "NARWHAL_ENGINE_IMAGE"}
+    assert data["schema_version"] == 2
+    assert data["shared"]["max_num_seqs"] == {"layer": "default"}  # the same for every engine: once
+    assert data["shared"]["engine_port"] == {"layer": "default"}
+    assert data["shared"]["engine_image"] == {"layer": "dotenv", "variable": "NARWHAL_ENGINE_IMAGE"}
+    assert data["engines"]["engine-1"]["gpu_ids"]["observation"] == "node-1.json"  # differs per engine
+    assert "max_num_seqs" not in data["engines"]["engine-1"]
 
 
 def test_docs_list_every_variable_and_default() -> None:

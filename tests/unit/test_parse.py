@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import CheckpointDigest, CheckpointFile
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.protocols.probe_report import (
@@ -66,6 +66,8 @@ def good_doc() -> dict[str, Any]:
         "nvidia-smi": tool(NVIDIA_ARGV, NVIDIA),
         "ip": tool(["ip", "-json", "address"], IP_JSON),
         "docker": tool(["docker", "image", "inspect", IMAGE], DOCKER),
+        "docker-packages": tool(["docker", "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint",
+                                 "python3", IMAGE_ID, "-c", "..."], '{"nixl": "0.6.1", "vllm": "0.11.0"}\n'),
     }
     return {
         "schema": "narwhal.probe",
@@ -89,9 +91,12 @@ def good_doc() -> dict[str, Any]:
                 "link_layer": "InfiniBand",
                 "rate": "400 Gb/sec (4X NDR)",
                 "netdevs": ["ibp26s0"],
+                "verbs": ["uverbs0"],
             },
         ],
+        "rdma_devices": ["rdma_cm", "uverbs0"],
         "image": IMAGE,
+        "packages_reused": None,
         "models": {
             "engine-1": {
                 "model_dir": "/srv/models/m",
@@ -146,7 +151,32 @@ def test_a_healthy_engine_host_parses_completely() -> None:
     assert (digest.bytes_hashed, digest.bytes_reused, digest.files_reused) == (10, 29, 2)
     assert observation.models["engine-1"].file_count == 3
     assert observation.host_key_fingerprint == "SHA256:abc"
-    assert len(log) == 5
+    assert len(log) == 6
+    assert observation.image.packages == {"nixl": "0.6.1", "vllm": "0.11.0"}
+    assert (observation.rdma[0].verbs, observation.rdma_devices) == (["uverbs0"], ["rdma_cm", "uverbs0"])
+    assert digest.model_tree_sha256 == model_tree_digest(digest.files)
+
+
+def test_image_package_versions_from_the_image_or_reused_for_the_same_id() -> None:
+    doc = good_doc()
+    doc["tools"]["docker-packages"]["stdout"] = "not json"
+    assert problems_of(doc) == [HOST + "docker run (package versions in the image): output is not JSON (Expecting "
+                                       "value at line 1 column 1)"]  # fmt: skip
+    doc["tools"]["docker-packages"] = tool(["docker", "run"], "", rc=125, stderr="docker: No such image\n")
+    assert problems_of(doc) == [HOST + "docker run (package versions in the image): exit 125: docker: No such image"]
+    doc["tools"]["docker-packages"] = tool(["docker", "run"], '{"vllm": "0.11 with spaces"}')
+    assert problems_of(doc) == [HOST + "docker run (package versions in the image): expected an object of package "
+                                       "names and versions"]  # fmt: skip
+    del doc["tools"]["docker-packages"]
+    doc["packages_reused"] = {"vllm": "0.10.2", "nixl": "0.5.0"}  # the workstation's own, for this image id
+    observation, _, _ = parse(doc)
+    assert observation.image is not None and observation.image.packages == {"nixl": "0.5.0", "vllm": "0.10.2"}
+
+
+def test_rdma_device_names_are_checked() -> None:
+    doc = good_doc()
+    doc["rdma_devices"] = ["uverbs0", ".."]
+    assert problems_of(doc) == [HOST + "rdma: /dev/infiniband entry '..' is not a device name"]
 
 
 def test_the_real_h200_capture_parses() -> None:

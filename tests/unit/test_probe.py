@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.readme import tree_digest_command
 
-from narwhal_assets.core.discovery.digests import tree_digest
+from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import CheckpointFile
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.host import probe as probe_module
@@ -33,7 +34,8 @@ NVIDIA_FIXTURE = FIXTURES / "nvidia-smi-query-h200x8.csv"
 IP_FIXTURE = FIXTURES / "ip-json-address.json"
 DOCKER_FIXTURE = FIXTURES / "docker-image-inspect.json"
 IMAGE = "registry.example.com/narwhal/engine:2026.11.1"
-SHELL_TREE_DIGEST = "find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum -- | sha256sum"
+DOCKER_ID = json.loads(DOCKER_FIXTURE.read_text())[0]["Id"]
+SHELL_TREE_DIGEST = tree_digest_command()
 MIB = 1024 * 1024
 
 
@@ -62,6 +64,8 @@ def fake_bin(tmp_path: Path) -> Path:
         bin_dir,
         "docker",
         f'[ "$*" = "image inspect {IMAGE}" ] && exec cat "{DOCKER_FIXTURE}"\n'
+        f'[ "$1 $2 $3 $4 $8 $9 ${{10}}" = "run --rm --pull never python3 {DOCKER_ID} -c" ] && '
+        "echo '{\"nixl\": \"0.6.1\", \"vllm\": \"0.11.0\"}' && exit 0\n"
         'echo "[]"\necho "Error response from daemon: No such image: $3" >&2\nexit 1\n',
     )
     write_tool(bin_dir, "hostname", "echo gpu-node-2\n")
@@ -87,7 +91,9 @@ def sysfs(tmp_path: Path) -> dict[str, str]:
         (port / "link_layer").write_text(layer + "\n")
         (port / "rate").write_text(rate + "\n")
     (ib / "mlx5_0" / "device" / "net" / "ibp26s0").mkdir(parents=True)
-    return {"sysfs_net": str(net), "sysfs_infiniband": str(ib)}
+    (ib / "mlx5_0" / "device" / "infiniband_verbs" / "uverbs0").mkdir(parents=True)
+    # Character devices need no fakes to be listed: the workstation's own /dev has some (null, zero, ...).
+    return {"sysfs_net": str(net), "sysfs_infiniband": str(ib), "dev_infiniband": "/dev"}
 
 
 @pytest.fixture
@@ -139,6 +145,8 @@ def test_probe_over_stdin_collects_every_fact_and_parses(
         probe_module.NVIDIA_SMI_ARGV,
         ["ip", "-json", "address"],
         ["docker", "image", "inspect", IMAGE],
+        ["docker", "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3", DOCKER_ID, "-c",
+         probe_module.PACKAGES_PROGRAM, *probe_module.PACKAGES],
     ]
     assert all(set(e) == {"argv", "rc", "stdout", "stderr", "seconds"} for e in doc["log"])
     assert doc["link_speeds"] == {"eno1": 100000, "eno2": None, "ibp26s0": 400000, "lo": None}
@@ -149,10 +157,12 @@ def test_probe_over_stdin_collects_every_fact_and_parses(
     assert observation.image is not None and observation.image.id.startswith("sha256:5b3c1d0e")
     assert observation.interface("ibp26s0") is not None
     assert observation.interface("ibp26s0").speed_mbps == 400000  # type: ignore[union-attr]
-    assert [(p.device, p.active, p.netdevs) for p in observation.rdma] == [
-        ("mlx5_0", True, ["ibp26s0"]),
-        ("mlx5_1", False, []),
+    assert [(p.device, p.active, p.netdevs, p.verbs) for p in observation.rdma] == [
+        ("mlx5_0", True, ["ibp26s0"], ["uverbs0"]),
+        ("mlx5_1", False, [], []),
     ]
+    assert "null" in observation.rdma_devices and "shm" not in observation.rdma_devices  # devices, not dirs
+    assert observation.image.packages == {"nixl": "0.6.1", "vllm": "0.11.0"}
     digest = digests["engine-1"]
     assert digest.tree_sha256 == shell_tree_digest(model_dir)
     assert observation.models["engine-1"].tree_sha256 == digest.tree_sha256
@@ -161,6 +171,25 @@ def test_probe_over_stdin_collects_every_fact_and_parses(
     assert [f.path for f in digest.files][:3] == ["config.json", "dir with space/\u00fcber.txt", "empty"]
     assert digest.files_reused == 0 and digest.bytes_hashed == sum(f.size for f in digest.files)
     assert log == doc["log"]
+
+
+def test_the_image_is_not_run_again_for_the_packages_of_a_known_image_id(
+    fake_bin: Path, model_dir: Path, sysfs: dict[str, str]
+) -> None:
+    known = {DOCKER_ID: {"vllm": "0.10.0", "nixl": "0.5.0"}}
+    doc = run_probe({"image": IMAGE, "models": {"engine-1": str(model_dir)}, "known_packages": known, **sysfs},
+                    fake_bin)  # fmt: skip
+    assert [entry["argv"][:2] for entry in doc["log"]][-1] == ["docker", "image"]  # inspected, not run
+    observation = parse(doc, ["engine-1"])[0]
+    assert observation.image is not None and observation.image.packages == {"nixl": "0.5.0", "vllm": "0.10.0"}
+
+
+def test_character_devices_are_device_nodes_only(tmp_path: Path) -> None:
+    (tmp_path / "uverbs9").write_text("")  # a regular file named like a device
+    (tmp_path / "link").symlink_to("/dev/null")
+    assert probe_module.character_devices(str(tmp_path)) == []
+    assert {"null", "zero"} <= set(probe_module.character_devices("/dev"))
+    assert probe_module.character_devices(str(tmp_path / "absent")) == []
 
 
 def test_symlink_to_a_file_is_followed(model_dir: Path) -> None:
@@ -187,6 +216,8 @@ def test_incremental_rehash_reuses_unchanged_files_over_the_wire(
     assert unchanged["engine-1"].bytes_reused == total
     assert unchanged["engine-1"].files == first["engine-1"].files
     assert unchanged["engine-1"].tree_sha256 == first["engine-1"].tree_sha256
+    assert unchanged["engine-1"].model_tree_sha256 == first["engine-1"].model_tree_sha256
+    assert first["engine-1"].model_tree_sha256 == model_tree_digest(first["engine-1"].files)
 
     touched = model_dir / "model-00002-of-00002.safetensors"
     stat = touched.stat()
@@ -212,6 +243,18 @@ def test_dot_files_and_dot_directories_are_hashed_like_find_does(model_dir: Path
     tree = probe_module.hash_tree(str(model_dir))
     assert {".hidden", "tokenizer/.cache/x"} <= {f["path"] for f in tree["files"]}
     assert tree_sha256(tree) == shell_tree_digest(model_dir) and tree["problems"] == []
+
+
+def test_hub_download_metadata_is_not_part_of_the_tree(model_dir: Path) -> None:
+    """A replica fetched later has other `.cache/huggingface/` files: its digest must still agree."""
+    before = probe_module.hash_tree(str(model_dir))
+    hub = model_dir / ".cache" / "huggingface" / "download"
+    hub.mkdir(parents=True)
+    (hub / "model.safetensors.metadata").write_text("etag\n2025-11-30T10:00:00\n")
+    after = probe_module.hash_tree(str(model_dir))
+    assert [f["path"] for f in after["files"]] == [f["path"] for f in before["files"]]
+    assert tree_sha256(after) == tree_sha256(before) == shell_tree_digest(model_dir)
+    assert after["problems"] == []
 
 
 def test_worker_processes_hash_many_small_files_like_sha256sum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,11 +18,18 @@ from narwhal_assets.core.deployment.prepare_inputs import (
     input_digests,
     private_tree_paths,
 )
-from narwhal_assets.core.deployment.role_env import ExportInputs, RoleEnvironment, build_role_environments, role_sources
+from narwhal_assets.core.deployment.role_env import (
+    ExportInputs,
+    RoleEnvironment,
+    build_role_environments,
+    role_sources,
+    value_hmac,
+)
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.access_secrets import Needle
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Layer, Settings
+from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch.fleet import EngineCredential, Fleet, FleetEngine, Hardware
 from narwhal_assets.core.launch.models import EngineLaunchConfig
 
@@ -49,6 +56,7 @@ DOTENV = {
     "NARWHAL_MODEL_DIR": "/srv/models/demo", "NARWHAL_RUN_DIR": "/var/tmp/run", "NARWHAL_FABRIC_INTERFACE": "fab0",
     "NARWHAL_DEPLOYMENT_REVISION": REVISION, "NARWHAL_ENGINE_API_KEY": "key with 'quotes' and $(x)",
 }  # fmt: skip
+SALT = "5a" * 32
 ROUTER_REFS = {"url": "${NARWHAL_NODE_{n}_URL}", "attestation_url": "${NARWHAL_NODE_{n}_ATTESTATION_URL}"}
 
 
@@ -70,10 +78,14 @@ def make_settings(dotenv: dict[str, str] | None = None, discovered: dict[str, st
                                         (Layer.DOTENV, dotenv or DOTENV), (Layer.PROCESS, process or {})))  # fmt: skip
 
 
+def inputs_of(settings: Settings | None = None, fleet: Fleet | None = None) -> ExportInputs:
+    return ExportInputs(settings=settings or make_settings(), inventory=INVENTORY, fleet=fleet or make_fleet(),
+                        revision=REVISION, tool_sha256=TOOL_SHA, observations={1: "run/n1.json", 2: "run/n2.json"},
+                        salt=SALT)  # fmt: skip
+
+
 def build(settings: Settings | None = None, fleet: Fleet | None = None) -> dict[str, RoleEnvironment]:
-    inputs = ExportInputs(settings=settings or make_settings(), inventory=INVENTORY, fleet=fleet or make_fleet(),
-                          revision=REVISION, tool_sha256=TOOL_SHA, observations={1: "run/n1.json", 2: "run/n2.json"})
-    return {env.role.name: env for env in build_role_environments(inputs)}  # fmt: skip
+    return {env.role.name: env for env in build_role_environments(inputs_of(settings, fleet))}
 
 
 def refusal(settings: Settings | None = None, fleet: Fleet | None = None) -> list[str]:
@@ -126,17 +138,36 @@ def test_engine_exports_shared_fields_overrides_peers_credential_and_tools() -> 
         "NARWHAL_ENGINE_LAUNCH_CONFIG": "config/engine-launch.engine-2.json",
         "NARWHAL_ENGINE_LAUNCHER": "runs/deployment-tools/launch_engine.py", "NARWHAL_ENGINE_LAUNCHER_SHA256": "1" * 64,
         "NARWHAL_FABRIC_BUDGET_TOOL": "runs/deployment-tools/fabric_budget.py",
-        "NARWHAL_FABRIC_BUDGET_TOOL_SHA256": "2" * 64,
+        "NARWHAL_FABRIC_BUDGET_SHA256": "2" * 64,
         "NARWHAL_CACHE_CAPTURE_HOOK": "runs/deployment-tools/cache_capture_hook.py",
         "NARWHAL_CACHE_CAPTURE_HOOK_SHA256": "3" * 64,
     }  # fmt: skip
-    sources = role_sources(REVISION, [engine]).roles["engine-2"].variables
+    index = role_sources(inputs_of(settings), [engine])
+    sources = {**index.every_engine, **index.roles["engine-2"].variables}
     assert (sources["NARWHAL_RUN_DIR"].layer, sources["NARWHAL_RUN_DIR"].variable) == (".env", "NARWHAL_NODE_2_RUN_DIR")
     assert (sources["NARWHAL_ENGINE_PORT"].layer, sources["NARWHAL_ENGINE_PORT"].variable) == (
         "process environment", "NARWHAL_NODE_2_ENGINE_PORT")  # fmt: skip
     assert (sources["NARWHAL_ATTEST_PORT"].layer, sources["NARWHAL_ATTEST_PORT"].variable) == ("default", None)
     assert sources["NARWHAL_ENGINE_IMAGE"].observation == "run/n2.json"
     assert sources["NARWHAL_ENGINE_API_KEY"].reason == "fleet engine.engine_api_key_env (as NARWHAL_ENGINE_API_KEY)"
+
+
+def test_sources_list_what_every_engine_file_shares_once() -> None:
+    """Every engine file lists every node's fabric address (the role-file contract); sources.json need not."""
+    environments = list(build().values())
+    index = role_sources(inputs_of(), environments)
+    assert {"NARWHAL_NODE_1_IP", "NARWHAL_NODE_2_IP", "NARWHAL_DEPLOYMENT_REVISION",
+            "NARWHAL_FABRIC_BUDGET_SHA256"} <= set(index.every_engine)  # fmt: skip
+    for role in ("engine-1", "engine-2"):
+        assert not set(index.roles[role].variables) & set(index.every_engine)
+        assert set(index.roles[role].variables) | set(index.every_engine) == set(build()[role].values())
+    assert "NARWHAL_NODE_1_IP" not in index.roles["router"].variables
+    text = render_json(index)
+    assert text.count('"NARWHAL_NODE_2_IP": {') == 1 and DOTENV["NARWHAL_ENGINE_API_KEY"] not in text
+    ip = index.every_engine["NARWHAL_NODE_2_IP"]
+    assert ip.value_hmac == value_hmac(SALT, "NARWHAL_NODE_2_IP", "10.0.0.2") != value_hmac("a5" * 32,
+                                                                                            "NARWHAL_NODE_2_IP",
+                                                                                            "10.0.0.2")
 
 
 def test_role_files_are_sorted_export_lines() -> None:
@@ -262,6 +293,9 @@ def digest(dotenv: dict[str, str] | None = None, inventory: Inventory = INVENTOR
         {"NARWHAL_FLEET": "config/other-fleet.json"},
         {"NARWHAL_SSH_CONFIG": "/etc/other-ssh-config"},
         {"NARWHAL_NODE_3_SSH": "third-host"},
+        {"NARWHAL_NODE_1_URL": "http://override:8000"},  # discovery checks these and records them
+        {"NARWHAL_NODE_2_IP": "10.0.0.9"},
+        {"NARWHAL_NODE_2_ATTESTATION_URL": "http://override:8001/v1/attestation"},
     ],
 )
 def test_discovery_inputs_digest_changes_with_each_discovery_input(change: dict[str, str]) -> None:
@@ -275,7 +309,6 @@ def test_discovery_inputs_digest_changes_with_each_discovery_input(change: dict[
         {"NARWHAL_NODE_2_SSH_PASSWORD": "rotated"},
         {"NARWHAL_ENGINE_API_KEY": "another key"},
         {"NARWHAL_ROUTER_URL": "http://router:1"},
-        {"NARWHAL_NODE_1_URL": "http://override:1"},
         {"NARWHAL_DEPLOYMENT_ENV_DIR": "elsewhere"},
         {"NARWHAL_ROOT": "/somewhere"},
         {"PATH": "/usr/bin"},
@@ -294,8 +327,6 @@ def test_digest_covers_the_inventory_but_not_the_discovered_layer() -> None:
     process_only = {k: v for k, v in DOTENV.items() if k != "NARWHAL_MODEL_DIR"}
     assert digest(process_only, process={"NARWHAL_MODEL_DIR": DOTENV["NARWHAL_MODEL_DIR"]}) == digest()
 
-
-SALT = "5a" * 32
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers.launch_inputs import make_settings, two_hosts
+from helpers.launch_inputs import make_settings, rdma_port, two_hosts
 
 from narwhal_assets.core.jsonfile import render_json
-from narwhal_assets.core.launch.launch_records import build_launch_config, engine_launch_file
+from narwhal_assets.core.launch.launch_records import build_launch_records, engine_launch_file
 from narwhal_assets.host.tools import cache_capture_hook, fabric_budget
 
 TOOLS = Path(__file__).resolve().parents[2] / "narwhal_assets" / "host" / "tools"
@@ -130,7 +130,7 @@ if args[:2] == ["image", "inspect"]:
     sys.exit(0)
 with open(os.environ["FAKE_DOCKER_LOG"], "w") as log:
     json.dump({{"argv": args, "api_key": os.environ.get("VLLM_API_KEY"),
-               "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}}, log)
+               "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "tls": os.environ.get("UCX_TLS")}}, log)
 """
 
 
@@ -155,8 +155,9 @@ def host(tmp_path: Path) -> FakeHost:
     model_dir.mkdir(parents=True)
     (model_dir / "config.json").write_text(json.dumps(LLAMA_8B))
     config_sha = hashlib.sha256((model_dir / "config.json").read_bytes()).hexdigest()
-    settings = make_settings({"NARWHAL_MODEL_DIR": str(model_dir), "NARWHAL_MODEL_CONFIG_SHA256": config_sha})
-    launch = build_launch_config(settings, *two_hosts())
+    settings = make_settings({"NARWHAL_MODEL_DIR": str(model_dir), "NARWHAL_MODEL_CONFIG_SHA256": config_sha,
+                              "NARWHAL_NODE_2_TRANSFER_TRANSPORT": "ucx_rdma"})  # fmt: skip
+    launch = build_launch_records(settings, *two_hosts(rdma=[rdma_port()])).config
     launch_file = tmp_path / "config" / "engine-launch.engine-2.json"
     launch_file.parent.mkdir()
     launch_file.write_text(render_json(engine_launch_file(launch, 2, "decode")))
@@ -241,8 +242,11 @@ def test_plan_prints_the_container_command_with_env_by_name(host: FakeHost) -> N
     planned = json.loads(done.stdout)
     argv = planned["argv"]
     model_dir = str(host.model_dir)
-    assert argv[:12] == ["docker", "run", "--rm", "--name", "narwhal-engine-2", "--network", "host", "--ipc", "host",
-                         "--gpus", '"device=0,1"', "-e"]
+    assert argv[:11] == ["docker", "run", "--rm", "--name", "narwhal-engine-2", "--network", "host", "--ipc", "host",
+                         "--gpus", "all"]
+    devices = [argv[i + 1] for i, a in enumerate(argv) if a == "--device"]
+    assert devices == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm",
+                       "/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"]  # the RDMA verbs devices too
     serve = argv.index("serve")
     assert argv[serve - 3:serve + 2] == ["--entrypoint", "vllm", IMAGE_ID, "serve", model_dir]
     assert ["-v", f"{model_dir}:{model_dir}:ro"] == argv[serve - 5:serve - 3]
@@ -252,6 +256,15 @@ def test_plan_prints_the_container_command_with_env_by_name(host: FakeHost) -> N
     assert "VLLM_API_KEY" in names and "VLLM_NIXL_SIDE_CHANNEL_HOST" in names
     assert all("=" not in name for name in names)
     assert "sentinel-engine-key" not in done.stdout
+
+
+def test_a_launch_file_of_the_previous_format_is_refused(host: FakeHost) -> None:
+    path = host.root / "config" / "engine-launch.engine-2.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "schema": "narwhal.engine-launch.engine", "engine": record.pop("role")}))
+    done = launch_engine(host, "plan")
+    assert done.returncode == 2
+    assert "schema is not narwhal.engine-launch version 1" in done.stderr
 
 
 def test_plan_mounts_the_cache_hook_when_capturing(host: FakeHost) -> None:
@@ -268,7 +281,7 @@ def test_start_checks_then_execs_docker(host: FakeHost) -> None:
     ran = json.loads((host.root / "docker-run.json").read_text())
     assert ran["argv"][0] == "run" and "serve" in ran["argv"]
     assert ran["api_key"] == "sentinel-engine-key"
-    assert ran["visible"] == "0,1"
+    assert ran["visible"] == "0,1" and ran["tls"] == "rc,sm,self,cuda"
     assert "sentinel-engine-key" not in json.dumps(ran["argv"])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from narwhal_assets.core.deployment.manifest import PreparedFile
 from narwhal_assets.core.deployment.role_env import REMOTE_ENV_DIR, REMOTE_TOOLS_DIR, TOOLS, RoleEnvironment
@@ -13,7 +14,7 @@ from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import PROFILING_LIMITS_FILE
 from narwhal_assets.core.jsonfile import render_json
-from narwhal_assets.core.launch.launch_records import engine_launch_file
+from narwhal_assets.core.launch.launch_records import engine_launch_file, engines_by_host
 from narwhal_assets.core.launch.models import EngineLaunchConfig, ServingRole
 from narwhal_assets.core.roles import Role
 
@@ -49,6 +50,11 @@ class PublishedSet:
     profiling_limits_bytes: bytes
     fleet_roles: Mapping[int, ServingRole]
 
+    @cached_property
+    def host_engines(self) -> dict[str, list[str]]:
+        """Each host's engines, found once for every host's per-engine files."""
+        return engines_by_host(self.launch)
+
 
 def host_files(
     entry: HostEntry,
@@ -82,5 +88,5 @@ def _launch_file(host_id: str, role: Role, published: PublishedSet) -> PlannedFi
     fleet_role = published.fleet_roles.get(n)
     if fleet_role is None:
         raise InputError([f"fleet: engines: no engine {role.iid} for {role.name}; run `deploy-hosts discover`"])
-    record = engine_launch_file(published.launch, n, fleet_role)
+    record = engine_launch_file(published.launch, n, fleet_role, published.host_engines.get(host_id, []))
     return PlannedFile(f"{host_id}/{role.launch_file}", f"config/{role.launch_file}", render_json(record).encode())

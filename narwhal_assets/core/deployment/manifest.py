@@ -68,11 +68,17 @@ class ManifestHost(Record):
         return value
 
 
+MANIFEST_SCHEMA = "narwhal.deployment-manifest"
+# The prepared-run format. 2: launch records in the serving fleet's reader's shape, `sources.json` with value
+# digests and the shared engine variables once. A run of another format is refused, never read as this one.
+PREPARED_FORMAT = 2
+
+
 class DeploymentManifest(Record):
     """`manifest.json`, written last by `prepare`; `install` refuses anything it does not pin."""
 
-    schema_: Literal["narwhal.deployment-manifest"] = Field(default="narwhal.deployment-manifest", alias="schema")
-    schema_version: Literal[1] = 1
+    schema_: Literal["narwhal.deployment-manifest"] = Field(default=MANIFEST_SCHEMA, alias="schema")
+    schema_version: Literal[2] = PREPARED_FORMAT
     revision: str = Field(pattern=REVISION_RE.pattern)
     deployment_id: str = Field(pattern=DEPLOYMENT_ID_RE.pattern)
     remote_dir: str

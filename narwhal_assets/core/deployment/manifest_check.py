@@ -22,6 +22,8 @@ from pydantic import ValidationError
 from narwhal_assets.core.deployment.manifest import (
     BUNDLE_FILE,
     MANIFEST_FILE,
+    MANIFEST_SCHEMA,
+    PREPARED_FORMAT,
     DeploymentManifest,
     ManifestHost,
     PreparedFile,
@@ -79,6 +81,10 @@ def load_manifest(run_dir: Path) -> DeploymentManifest:
         raise InputError([f"{path}: not found; {FIX}"]) from None
     except (OSError, ValueError) as exc:
         raise InputError([f"{path}: not a readable JSON manifest ({type(exc).__name__}); {FIX}"]) from None
+    version = raw.get("schema_version") if isinstance(raw, dict) and raw.get("schema") == MANIFEST_SCHEMA else None
+    if isinstance(version, int) and version != PREPARED_FORMAT:
+        raise InputError([f"{run_dir}: prepared with format {version}, re-run prepare (this version reads format "
+                          f"{PREPARED_FORMAT}: `deploy-hosts prepare`)"])  # fmt: skip
     try:
         return DeploymentManifest.model_validate(raw)
     except ValidationError as exc:

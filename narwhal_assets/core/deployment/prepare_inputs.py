@@ -28,7 +28,9 @@ from narwhal_assets.core.roles import ROUTER_SSH, node_variable
 REVISION = "NARWHAL_DEPLOYMENT_REVISION"
 REVISION_FIX = "set NARWHAL_DEPLOYMENT_REVISION=$(git rev-parse HEAD) (the full commit id to deploy)"
 PREPARE_ONLY_PATHS = frozenset({"NARWHAL_DEPLOYMENT_ENV_DIR"})
-_NODE_FIELDS = frozenset({f.name for f in FIELDS} | {"ROLE", "SSH"})
+# Per-node inputs: the launch policy fields, the serving role, the destination, and the node's fabric address
+# and service URLs, which discovery checks and records (changing one afterwards needs a new discovery).
+_NODE_FIELDS = frozenset({f.name for f in FIELDS} | {"ROLE", "SSH", "IP", "URL", "ATTESTATION_URL"})
 DOTENV_NAME = ".env"
 # The discovery inputs that are not variables, by their name in `InputDigests`.
 INVENTORY_INPUT = "inventory"

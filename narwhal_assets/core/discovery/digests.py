@@ -1,19 +1,28 @@
 """Checkpoint tree digests: one SHA-256 that names a model directory's exact bytes.
 
-Definition: take every regular file under the directory (symlinks to files followed), write one line
+Definition: take every regular file under the directory (symlinks to files followed) except Hugging Face's
+download metadata under a top-level `.cache/huggingface/` (when and how a replica was fetched, not what it
+serves), write one line
 `<sha256 hex><two spaces><relative POSIX path>\\n` per file, sort the lines by the path's UTF-8 bytes, and
 hash the concatenation with SHA-256. That is byte for byte what
 
-    cd DIR && find -L . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum -- | sha256sum
+    cd DIR && find -L . -path ./.cache/huggingface -prune -o -type f -printf '%P\\0' | LC_ALL=C sort -z |
+        xargs -0 sha256sum -- | sha256sum
 
 prints, so an operator can recompute it on any host without this package. (`--` matters: without it a
 top-level file named like `-z` is taken for an option.) Paths containing a newline or a backslash are
 refused because `sha256sum` escapes them, and a top-level file named `-` because it reads stdin instead.
+
+The serving fleet's own checkpoint manifest names the same files by another digest, `model_tree_sha256`
+(`model_tree_digest`): the SHA-256 of the compact JSON array of `{"path", "sha256", "size"}` objects (keys
+sorted, ASCII-escaped), ordered by path component. Discovery records both, so a replica can be compared
+with either tool's records.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -26,7 +35,7 @@ from narwhal_assets.core.records import SHA256_RE
 _BAD_PARTS = ("\n", "\\", "//", "\0\0", "\0-\0", "\0/", "\0./", "/\0")
 _HASH_LINES_RE = re.compile(r"(?:[0-9a-f]{64}\n)*")
 
-__all__ = ["compare_replicas", "first_difference", "tree_digest", "tree_listing", "verify_digest"]
+__all__ = ["compare_replicas", "first_difference", "model_tree_digest", "tree_digest", "tree_listing", "verify_digest"]
 
 
 def _sort_key(path: str) -> bytes:
@@ -67,13 +76,21 @@ def tree_digest(files: Iterable[CheckpointFile]) -> str:
     return hashlib.sha256(tree_listing(files)).hexdigest()
 
 
+def model_tree_digest(files: Iterable[CheckpointFile]) -> str:
+    """The serving fleet's `model_tree_sha256` of the same files (see the module docstring)."""
+    rows = sorted(({"path": f.path, "sha256": f.sha256, "size": f.size} for f in files),
+                  key=lambda row: row["path"].split("/"))  # fmt: skip
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, separators=(",", ":")).encode("ascii")).hexdigest()
+
+
 def verify_digest(digest: CheckpointDigest) -> None:
-    """Raise when a stored digest's tree_sha256 does not follow from its own file list."""
+    """Raise when a stored digest's tree_sha256 (or model_tree_sha256) does not follow from its own file list."""
+    where = f"checkpoint {digest.engine} on {digest.host_id}"
     actual = tree_digest(digest.files)
     if actual != digest.tree_sha256:
-        raise InputError(
-            [f"checkpoint {digest.engine} on {digest.host_id}: tree_sha256 does not match its file list ({actual})"]
-        )
+        raise InputError([f"{where}: tree_sha256 does not match its file list ({actual})"])
+    if digest.model_tree_sha256 is not None and digest.model_tree_sha256 != model_tree_digest(digest.files):
+        raise InputError([f"{where}: model_tree_sha256 does not match its file list"])
 
 
 def first_difference(left: CheckpointDigest, right: CheckpointDigest) -> tuple[str, str] | None:

@@ -56,11 +56,18 @@ class InputDigests(Record):
     digests: dict[str, Sha256]
 
 
+# The published config set's format. 2: launch records in the serving fleet's reader's shape (string GPU ids,
+# one GPU transport, /dev transfer devices, named sources, pinned packages) and the shared source index.
+CONFIG_FORMAT = 2
+
+
 class DiscoveryManifest(Record):
     """`manifest.json` of a complete discovery run; the field order is the on-disk key order."""
 
     schema_: Literal["narwhal.discovery-manifest"] = Field(default="narwhal.discovery-manifest", alias="schema")
     schema_version: Literal[1] = 1
+    # The format of the config set this run published; runs before formats were recorded published format 1.
+    config_format: int = 1
     # Path (relative to the checkout when inside it) -> SHA-256 of every file the run published.
     files: dict[str, Sha256]
     # `discovery_inputs_digest` of the inventory and settings the set was derived from.

@@ -40,7 +40,8 @@ class NetInterface(Record):
 
 
 class RdmaPort(Record):
-    """One port of `/sys/class/infiniband/<device>/ports/<port>`."""
+    """One port of `/sys/class/infiniband/<device>/ports/<port>`; `verbs` are its HCA's verbs devices
+    (`<device>/device/infiniband_verbs/uverbs<N>`), named like their nodes under `/dev/infiniband/`."""
 
     device: str
     port: int
@@ -48,6 +49,7 @@ class RdmaPort(Record):
     link_layer: str
     rate: str | None = None
     netdevs: list[str] = Field(default_factory=list)
+    verbs: list[str] = Field(default_factory=list)
 
     @property
     def active(self) -> bool:
@@ -55,11 +57,13 @@ class RdmaPort(Record):
 
 
 class ImageObservation(Record):
-    """`docker image inspect` of the configured engine image: its immutable id and repo digests."""
+    """`docker image inspect` of the configured engine image: its immutable id and repo digests, and the
+    versions of the packages the serving fleet's launcher pins (vllm, nixl, ...), read inside the image."""
 
     reference: str
     id: str
     repo_digests: list[str] = Field(default_factory=list)
+    packages: dict[str, str] = Field(default_factory=dict)
 
 
 class CheckpointFile(Record):
@@ -82,6 +86,9 @@ class CheckpointDigest(Record):
     model_dir: str
     files: list[CheckpointFile]
     tree_sha256: str
+    # The serving fleet's digest of the same files (`core.discovery.digests.model_tree_digest`); None in
+    # records written before it was recorded.
+    model_tree_sha256: str | None = None
     bytes_hashed: int
     bytes_reused: int
     files_reused: int
@@ -109,6 +116,7 @@ class CheckpointRecord(Record):
     host_id: str
     model_dir: str
     tree_sha256: str
+    model_tree_sha256: str | None = None
     file_count: int
     files_object: str = Field(pattern=r"^[0-9a-f]{64}$")
     bytes_hashed: int
@@ -122,6 +130,7 @@ class ModelObservation(Record):
     model_dir: str
     config_sha256: str
     tree_sha256: str
+    model_tree_sha256: str | None = None
     file_count: int
     config: dict[str, Any] = Field(default_factory=dict)
 
@@ -144,6 +153,8 @@ class HostObservation(Record):
     gpus: list[Gpu] = Field(default_factory=list)
     interfaces: list[NetInterface] = Field(default_factory=list)
     rdma: list[RdmaPort] = Field(default_factory=list)
+    # Names of the character devices under /dev/infiniband (uverbs<N>, rdma_cm, ...).
+    rdma_devices: list[str] = Field(default_factory=list)
     image: ImageObservation | None = None
     models: dict[str, ModelObservation] = Field(default_factory=dict)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -51,16 +52,32 @@ class Inventory(BaseModel):
     hosts: list[HostEntry]
 
     def host(self, host_id: str) -> HostEntry:
-        for entry in self.hosts:
-            if entry.id == host_id:
-                return entry
-        raise InputError([f"inventory: no host with id {host_id!r} (known: {', '.join(self.host_ids())})"])
+        entry = self._by_id.get(host_id)
+        if entry is None:
+            raise InputError([f"inventory: no host with id {host_id!r} (known: {', '.join(self.host_ids())})"])
+        return entry
 
     def host_for_role(self, role: str) -> HostEntry:
+        entry = self._by_role.get(role)
+        if entry is None:
+            raise InputError([f"inventory: no host owns role {role!r}"])
+        return entry
+
+    @cached_property
+    def _by_id(self) -> dict[str, HostEntry]:
+        """Host id -> entry (the first, as a scan would find it): callers look hosts up once per host or role."""
+        found: dict[str, HostEntry] = {}
         for entry in self.hosts:
-            if role in entry.roles:
-                return entry
-        raise InputError([f"inventory: no host owns role {role!r}"])
+            found.setdefault(entry.id, entry)
+        return found
+
+    @cached_property
+    def _by_role(self) -> dict[str, HostEntry]:
+        found: dict[str, HostEntry] = {}
+        for entry in self.hosts:
+            for role in entry.roles:
+                found.setdefault(role, entry)
+        return found
 
     def roles(self) -> list[str]:
         """Every role some host owns: the router first, then engines by number."""

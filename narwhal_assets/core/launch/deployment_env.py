@@ -7,6 +7,7 @@ It is the DISCOVERED settings layer: `.env` and the process environment override
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from narwhal_assets.core.discovery.observations import HostObservation
 from narwhal_assets.core.errors import InputError, Problems, raise_if
@@ -14,7 +15,7 @@ from narwhal_assets.core.inputs.envfile import render_exports
 from narwhal_assets.core.inputs.inventory import Inventory
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.core.launch.placement import fabric_address, http_url
-from narwhal_assets.core.launch.policy import operator_value, parse_interface, required_value
+from narwhal_assets.core.launch.policy import operator_lookup, operator_value, parse_interface, required_value
 from narwhal_assets.core.launch.ports import parse_port
 from narwhal_assets.core.records import IMAGE_ID_RE
 from narwhal_assets.core.roles import Role
@@ -58,6 +59,10 @@ def render_deployment_env(values: Mapping[str, str]) -> str:
 
 
 def _node_values(settings: Settings, n: int, observation: HostObservation) -> dict[str, str]:
+    """The node's discovered variables. The operator's `NARWHAL_NODE_<n>_IP` selects among the fabric
+    interface's addresses (and must be one); `NARWHAL_NODE_<n>_URL` and `_ATTESTATION_URL` may replace the
+    derived URLs when they are HTTP service URLs, and are then what this file records too, so nothing
+    downstream can see another address than discovery checked."""
     problems = Problems()
     prefix = Role.engine(n).node_prefix
     address = problems.attempt(_fabric_address, settings, n, observation)
@@ -66,10 +71,17 @@ def _node_values(settings: Settings, n: int, observation: HostObservation) -> di
     image_id = problems.attempt(_image_id, observation, n)
     config_sha256 = problems.attempt(_config_sha256, settings, observation, n)
     raise_if(problems)
+    urls = {
+        "URL": problems.attempt(_service_url, settings, f"{prefix}URL", http_url(address, engine_port), "",
+                                engine_port),
+        "ATTESTATION_URL": problems.attempt(_service_url, settings, f"{prefix}ATTESTATION_URL",
+                                            http_url(address, attest_port, ATTESTATION_PATH), ATTESTATION_PATH, None),
+    }  # fmt: skip
+    raise_if(problems)
     return {
         f"{prefix}IP": address,
-        f"{prefix}URL": http_url(address, engine_port),
-        f"{prefix}ATTESTATION_URL": http_url(address, attest_port, ATTESTATION_PATH),
+        f"{prefix}URL": urls["URL"],
+        f"{prefix}ATTESTATION_URL": urls["ATTESTATION_URL"],
         f"{prefix}ENGINE_IMAGE": image_id,
         f"{prefix}MODEL_CONFIG_SHA256": config_sha256,
     }
@@ -77,7 +89,30 @@ def _node_values(settings: Settings, n: int, observation: HostObservation) -> di
 
 def _fabric_address(settings: Settings, n: int, observation: HostObservation) -> str:
     resolved = required_value(settings, n, "FABRIC_INTERFACE")
-    return fabric_address(observation, parse_interface(resolved, n), resolved.name)
+    selection = operator_lookup(settings, Role.engine(n).node_var("IP"))
+    return fabric_address(observation, parse_interface(resolved, n), resolved.name, n, selection)
+
+
+def _service_url(settings: Settings, name: str, derived: str, path: str, port: int | None) -> str:
+    """The operator's URL for `name` when set, checked as the serving fleet checks it (HTTP, a host, an explicit
+    port, exactly `path`, nothing else; the engine URL's port must be the engine port its launcher binds),
+    else the derived one."""
+    given = operator_lookup(settings, name)
+    if given is None:
+        return derived
+    value = given[0]
+    parsed = urlsplit(value)
+    try:
+        explicit = parsed.port
+    except ValueError:
+        explicit = None
+    if (parsed.scheme != "http" or not parsed.hostname or explicit is None or parsed.path != path or parsed.query
+            or parsed.fragment or parsed.username is not None or parsed.password is not None):  # fmt: skip
+        shape = f"http://HOST:PORT{path}"
+        raise InputError([f"{name} must be an HTTP service URL {shape} (no user, query or fragment)"])
+    if port is not None and explicit != port:
+        raise InputError([f"{name} must use the engine port {port} (NARWHAL_ENGINE_PORT or its node override)"])
+    return value
 
 
 def _port(settings: Settings, n: int, field: str) -> int:

@@ -20,7 +20,6 @@ from narwhal_assets.core.launch.policy import (
     parse_image,
     parse_int,
     parse_interface,
-    parse_list,
     parse_sha256,
     parse_text,
     required_value,
@@ -29,7 +28,8 @@ from narwhal_assets.core.launch.policy import (
 from narwhal_assets.core.launch.ports import parse_port, parse_port_range
 
 KV_BLOCK_SIZES = ("8", "16", "32", "64", "128", "256")
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+KV_CACHE_DTYPES = ("auto",)  # the serving fleet's launcher runs a two-byte model dtype with an auto KV cache
+MODEL_DTYPES = ("bfloat16", "float16")
 MAX_TENSOR_PARALLEL = 64
 
 
@@ -52,9 +52,10 @@ class EnginePolicy:
     gpu_memory_utilization: float
     kv_block_size: int
     kv_cache_dtype: str
+    model_dtype: str | None
     enforce_eager: bool
     transfer_transport: str
-    ucx_gpu_tls: list[str]
+    ucx_gpu_tls: str
     tensor_parallel_size: int | None
     extra_engine_args: tuple[str, ...]
     engine_env: dict[str, str]
@@ -80,9 +81,10 @@ _PARSERS: dict[str, Callable[[Resolved, int], Any]] = {
     "GPU_MEMORY_UTILIZATION": parse_fraction,
     "KV_BLOCK_SIZE": lambda r, n: int(parse_choice(r, n, KV_BLOCK_SIZES)),
     "KV_CACHE_DTYPE": partial(parse_choice, choices=KV_CACHE_DTYPES),
+    "MODEL_DTYPE": _optional(partial(parse_choice, choices=MODEL_DTYPES)),
     "ENFORCE_EAGER": lambda r, n: parse_choice(r, n, ("0", "1")) == "1",
     "TRANSFER_TRANSPORT": partial(parse_choice, choices=TRANSPORTS),
-    "UCX_GPU_TLS": partial(parse_list, allowed=GPU_TLS),
+    "UCX_GPU_TLS": partial(parse_choice, choices=GPU_TLS),
     "TENSOR_PARALLEL_SIZE": _optional(partial(parse_int, low=1, high=MAX_TENSOR_PARALLEL)),
     "EXTRA_ENGINE_ARGS": parse_extra_args,
     "ENGINE_ENV": parse_extra_env,
@@ -105,6 +107,27 @@ def parse_all(resolved: dict[str, Resolved], n: int) -> EnginePolicy:
     values = {name.lower(): problems.attempt(parse, resolved[name], n) for name, parse in _PARSERS.items()}
     raise_if(problems)
     return EnginePolicy(**values)
+
+
+# Required fields discovery itself supplies per node (the observed image id, the config hash): before a
+# discovery only an operator's pin of them can be checked (the image reference may still be a tag).
+DISCOVERED_FIELDS = frozenset({"ENGINE_IMAGE", "MODEL_CONFIG_SHA256"})
+
+
+def operator_policy_problems(settings: Settings, n: int) -> list[str]:
+    """Every launch-policy problem of engine `n` that needs no host: what discovery checks before it connects
+    (and before it writes anything)."""
+    problems = Problems()
+    for spec in FIELDS:
+        discovered = spec.name in DISCOVERED_FIELDS
+        getter = required_value if spec.required and spec.name != "MODEL_CONFIG_SHA256" else resolve_engine_field
+        resolved = problems.attempt(getter, settings, n, spec.name)
+        parse = _PARSERS.get(spec.name)  # GPU ids are checked against the GPUs discovery finds
+        skipped = discovered and (spec.name == "ENGINE_IMAGE" or resolved is None or resolved.value is None)
+        if resolved is None or parse is None or skipped:
+            continue
+        problems.attempt(parse, resolved, n)
+    return list(problems)
 
 
 def engine_policy(settings: Settings, n: int) -> tuple[EnginePolicy, dict[str, Resolved]]:

@@ -96,14 +96,7 @@ def build_fleet(
     tensor-parallel size, because the router's profiles assume interchangeable engines of a role.
     """
     numbers = inventory.engine_numbers()
-    problems = (
-        [
-            f"{settings.hosts_path}: hosts: the fleet needs at least two engines (one prefill, one "
-            f"decode); found {len(numbers)}"
-        ]
-        if len(numbers) < 2
-        else []
-    )
+    problems = engine_count_problems(settings, numbers)
     for n in numbers:
         host_id = inventory.host_for_role(Role.engine(n).name).id
         if host_id not in observations:
@@ -126,6 +119,14 @@ def build_fleet(
         ],
         engine=engine_credential(settings),
     )
+
+
+def engine_count_problems(settings: Settings, numbers: list[int]) -> list[str]:
+    """A fleet serves with at least one prefill and one decode engine."""
+    if len(numbers) >= 2:
+        return []
+    return [f"{settings.hosts_path}: hosts: the fleet needs at least two engines (one prefill, one decode); found "
+            f"{len(numbers)}"]  # fmt: skip
 
 
 def engine_roles(settings: Settings, numbers: list[int]) -> dict[int, ServingRole]:

@@ -111,11 +111,23 @@ FIELDS: tuple[PolicyField, ...] = (
     PolicyField("MAX_NUM_SEQS", "8", "`--max-num-seqs` (also the profiling limit)"),
     PolicyField("GPU_MEMORY_UTILIZATION", "0.9", "`--gpu-memory-utilization`, in (0, 1]"),
     PolicyField("KV_BLOCK_SIZE", "128", "`--block-size` (KV-cache block, tokens)"),
-    PolicyField("KV_CACHE_DTYPE", "auto", "`--kv-cache-dtype`: auto, fp8, fp8_e4m3 or fp8_e5m2"),
-    PolicyField("ENFORCE_EAGER", "1", "`--enforce-eager` when 1 (eager execution), omitted when 0"),
-    PolicyField("TRANSFER_TRANSPORT", "ucx_tcp", "`ucx_tcp` or `ucx_rdma` (needs an ACTIVE RDMA port)"),
+    PolicyField("KV_CACHE_DTYPE", "auto", "`--kv-cache-dtype`: `auto`, the only one the fleet's launcher runs"),
     PolicyField(
-        "UCX_GPU_TLS", "cuda_copy,cuda_ipc", "GPU transports appended to `UCX_TLS` (cuda_copy, cuda_ipc, gdr_copy)"
+        "MODEL_DTYPE",
+        None,
+        "`--dtype` (`runtime.model_dtype`): bfloat16 or float16; default: the model config's `dtype` or "
+        "`torch_dtype`, else bfloat16",
+    ),
+    PolicyField("ENFORCE_EAGER", "1", "`--enforce-eager` when 1 (eager execution), omitted when 0"),
+    PolicyField(
+        "TRANSFER_TRANSPORT",
+        "ucx_tcp",
+        "`ucx_tcp` or `ucx_rdma` (needs an ACTIVE RDMA port and its verbs device under /dev/infiniband)",
+    ),
+    PolicyField(
+        "UCX_GPU_TLS",
+        "cuda",
+        "the GPU transport in `UCX_TLS` (`transfer.gpu_tls`): `cuda` (copy and IPC) or `cuda_copy`",
     ),
     PolicyField(
         "TENSOR_PARALLEL_SIZE",
@@ -221,6 +233,15 @@ def operator_value(settings: Settings, n: int, field: str) -> Resolved | None:
     return None if resolved.layer is SourceLayer.DEFAULT else resolved
 
 
+def operator_lookup(settings: Settings, name: str) -> tuple[str, str] | None:
+    """`name`'s value from `.env` or the process environment, with the variable name, or None: an operator's
+    choice, never what an earlier discovery wrote into config/deployment.env."""
+    for layer, values in reversed(settings.layers):
+        if layer in (Layer.DOTENV, Layer.PROCESS) and name in values:
+            return values[name], name
+    return None
+
+
 def looks_like_credential(name: str) -> bool:
     """True for names such as `*_KEY`, `*_TOKEN`, `--hf-token`: those never reach an engine's launch."""
     return CREDENTIAL_RE.search(name) is not None
@@ -249,15 +270,6 @@ def parse_fraction(resolved: Resolved, n: int) -> float:
     if not 0.0 < value <= 1.0:
         raise InputError([f"engine-{n}: {resolved.name} must be a number in (0, 1]"])
     return value
-
-
-def parse_list(resolved: Resolved, n: int, allowed: tuple[str, ...]) -> list[str]:
-    """A non-empty comma-separated list drawn from `allowed`."""
-    items = [item.strip() for item in (resolved.value or "").split(",") if item.strip()]
-    unknown = [item for item in items if item not in allowed]
-    if not items or unknown:
-        raise InputError([f"engine-{n}: {resolved.name} must list some of {', '.join(allowed)}"])
-    return items
 
 
 PINNED_IMAGE_RE = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._/:-]*@)?sha256:[0-9a-f]{64}")

@@ -1,7 +1,7 @@
 """`profiling-limits.json`: each engine's `--max-num-seqs`, so profiling binds decode cohorts to launch settings.
 
-The limit is read back from the generated launch arguments rather than from the policy, so it is exactly
-what the engine will be started with.
+The limit is read back from each launch record's `runtime.extra_args`, where the serving fleet's profiler
+and launcher read it, rather than from the policy, so it is exactly what the engine will be started with.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def build_profiling_limits(fleet: Fleet, engine_records: EngineLaunchConfig, rec
     for iid in fleet_iids:
         if iid in by_iid:
             role, entry = by_iid[iid]
-            limit = problems.attempt(max_num_seqs, entry.args, f"{records_path}: engines.{role}.args")
+            limit = problems.attempt(max_num_seqs, entry.runtime.extra_args,
+                                     f"{records_path}: engines.{role}.runtime.extra_args")  # fmt: skip
             if limit is not None:
                 limits[iid] = limit
     problems.raise_if_any()

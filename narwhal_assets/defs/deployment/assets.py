@@ -1,6 +1,7 @@
 """The `deployment` group: source bundle, role environments and deployment manifest, prepared by one op
 (everything is validated before any of the three is written), plus their asset checks."""
 
+import hashlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from pydantic import Field
 from narwhal_assets.core.deployment.layout import SOURCES_FILE
 from narwhal_assets.core.deployment.manifest import BUNDLE_FILE, MANIFEST_FILE
 from narwhal_assets.core.errors import NarwhalError
-from narwhal_assets.core.inputs.access_secrets import access_needles, findings, host_key_needles
+from narwhal_assets.core.inputs.access_secrets import Scanner, access_needles, host_key_needles
 from narwhal_assets.defs.discovery.assets import KNOWN_HOSTS
 from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, PREPARE_COMMAND
 from narwhal_assets.defs.lineage import latest_metadata, upstream_metadata
@@ -142,15 +143,19 @@ def prepared_files_hold_no_access(
     out, _ = checked_out(context, ROLE_ENVIRONMENTS)
     opened = checkout.open()
     store = KnownHostsStore(opened.settings.known_hosts_path)
-    needles = [*access_needles(opened.settings, opened.inventory), *host_key_needles(store.key_blobs())]
+    scanner = Scanner([*access_needles(opened.settings, opened.inventory), *host_key_needles(store.key_blobs())])
     leaks = []
     scanned = 0
+    seen: dict[bytes, list[str]] = {}  # every engine host gets the same tool snapshots: each content scanned once
     for path in sorted(out.rglob("*")):
         if path.is_file() and path.name != BUNDLE_FILE:
             scanned += 1
             with path.open("rb") as handle:
-                text = handle.read(MAX_SCAN_BYTES).decode("utf-8", "replace")
-            leaks += [f"{path.relative_to(out)}: contains {label}" for label in findings(text, needles)]
+                data = handle.read(MAX_SCAN_BYTES)
+            key = hashlib.sha256(data).digest()
+            if key not in seen:
+                seen[key] = scanner.findings(data.decode("utf-8", "replace"))
+            leaks += [f"{path.relative_to(out)}: contains {label}" for label in seen[key]]
     return dg.AssetCheckResult(
         passed=not leaks,
         description="\n".join(leaks) if leaks else f"{scanned} files scanned, none holds management access",

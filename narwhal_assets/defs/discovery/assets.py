@@ -16,6 +16,7 @@ from narwhal_assets.ssh.transport import HostConnection
 from narwhal_assets.ssh.trust import TrustMode
 from narwhal_assets.workflows.discover import (
     DiscoveryRun,
+    check_discovery_inputs,
     generate_config,
     inspect_hosts,
     latest_complete_run,
@@ -68,10 +69,12 @@ def host_discovery(
         connector.store.commit()
         yield _known_hosts_result(connector.store.path, {h: r for h, r in results.items() if isinstance(r, dict)})
         return
+    check_discovery_inputs(settings, inventory)  # before a run directory exists
     previous = None if config.full_hash else latest_complete_run(settings)  # a full hash reuses nothing
     run = DiscoveryRun(new_run_dir(settings))
     context.log.info(f"discovery run directory {run.run_dir}")
-    inspect_hosts(settings, inventory, connector, run, previous.checkpoints if previous else {}, config.full_hash)
+    inspect_hosts(settings, inventory, connector, run, previous.checkpoints if previous else {}, config.full_hash,
+                  observed=previous.observations if previous else None)  # fmt: skip
     stage_enrolments(run, connector.store.staged_entries())
     if KNOWN_HOSTS in context.selected_asset_keys:
         staged = {e.host_id for e in connector.store.staged_entries() if not e.hop}
@@ -141,7 +144,7 @@ def discovered_config(
                         "gpus": e.gpu_ids,
                         "tp": e.tensor_parallel_size,
                         "transport": e.transfer.transport,
-                        "max_num_seqs": max_num_seqs(e.args, role),
+                        "max_num_seqs": max_num_seqs(e.runtime.extra_args, role),
                     }
                     for role, e in generated.launch.engines.items()
                 }

@@ -4,12 +4,20 @@ import dagster as dg
 
 from narwhal_assets.defs.partitions import sync_host_partitions
 from narwhal_assets.defs.resources import ManagementCheckout
+from narwhal_assets.workflows.discover import check_discovery_inputs, operator_settings
+
+OBSERVATIONS = dg.AssetKey("host_observations")
 
 
 @dg.asset(group_name="discovery", kinds={"json"})
 def host_inventory(context: dg.AssetExecutionContext, checkout: ManagementCheckout) -> dg.MaterializeResult:
-    """Validate (or derive from .env) the host inventory and register every host id as a partition."""
+    """Validate (or derive from .env) the host inventory and register every host id as a partition.
+
+    In a run that goes on to discover, every input discovery can check without a host is checked first: a
+    refused discovery saves no inventory (which would otherwise outlive the fix of the input)."""
     opened = checkout.open()
+    if OBSERVATIONS in (context.run.asset_selection or context.job_def.asset_layer.asset_graph.get_all_asset_keys()):
+        check_discovery_inputs(operator_settings(opened.settings), opened.inventory)
     digest = opened.save_inventory()
     inventory = opened.inventory
     added, removed = sync_host_partitions(context.instance, inventory.host_ids())

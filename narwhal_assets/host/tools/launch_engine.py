@@ -18,7 +18,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-FILE_SCHEMA = "narwhal.engine-launch.engine"
+FILE_SCHEMA = "narwhal.engine-launch"
+FILE_SCHEMA_VERSION = 1
+FILE_FIELDS = ("role", "gpu_ids", "environment", "args", "network_mode", "accelerator_devices", "transfer", "runtime")
 CONTAINER_HOOK_DIR = "/opt/narwhal-hook"
 INSPECT_TIMEOUT_S = 120
 EXIT_MISMATCH = 1
@@ -138,30 +140,41 @@ def load_launch_file(environ: Mapping[str, str]) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise LaunchError(f"{path}: not a readable launch file ({type(exc).__name__})") from None
-    if not isinstance(data, dict) or data.get("schema") != FILE_SCHEMA:
-        raise LaunchError(f"{path}: schema is not {FILE_SCHEMA}")
-    for key in ("engine", "gpu_ids", "environment", "args", "network_mode"):
+    if not isinstance(data, dict) or (data.get("schema"), data.get("schema_version")) != (FILE_SCHEMA,
+                                                                                         FILE_SCHEMA_VERSION):
+        raise LaunchError(f"{path}: schema is not {FILE_SCHEMA} version {FILE_SCHEMA_VERSION}")
+    for key in FILE_FIELDS:
         if key not in data:
             raise LaunchError(f"{path}: missing field {key}")
+    role = data["role"]
+    if not isinstance(role, str) or not role.startswith("engine-") or not role[7:].isdigit():
+        raise LaunchError(f"{path}: role is not an engine role (engine-<n>)")
     return data
 
 
 def plan(
     environ: Mapping[str, str], launch: dict, docker: str = "docker"
 ) -> tuple[list[str], dict[str, str], set[str]]:
-    """The docker argv, the environment to exec it with, and the names passed into the container."""
+    """The docker argv, the environment to exec it with, and the names passed into the container.
+
+    Every GPU of the host is visible to the container runtime (`--gpus all`) and the record's
+    `CUDA_VISIBLE_DEVICES` (its own GPUs first, then colocated engines') decides what CUDA uses: CUDA IPC
+    between colocated engines needs the peers' GPUs. The record's accelerator and transfer devices (RDMA's
+    verbs nodes) are mapped one by one.
+    """
     model_dir = _require(environ, "NARWHAL_MODEL_DIR")
     if not launch["args"] or launch["args"][0] != model_dir:
         raise LaunchError("NARWHAL_MODEL_DIR differs from the model directory in the launch file's args")
-    passed = dict(launch["environment"])
+    passed = {**launch["runtime"].get("environment", {}), **launch["environment"]}
     mounts = ["-v", f"{model_dir}:{model_dir}:ro"]
     mounts += _capture(environ, passed)
     credential = _credential(environ)
     if credential is not None:
         passed["VLLM_API_KEY"] = credential
-    gpus = ",".join(str(g) for g in launch["gpu_ids"])
-    argv = [docker, "run", "--rm", "--name", f"narwhal-{launch['engine']}", "--network", launch["network_mode"],
-            "--ipc", "host", "--gpus", f'"device={gpus}"']
+    argv = [docker, "run", "--rm", "--name", f"narwhal-{launch['role']}", "--network", launch["network_mode"],
+            "--ipc", "host", "--gpus", "all"]
+    for device in [*launch["accelerator_devices"], *launch["transfer"].get("devices", [])]:
+        argv += ["--device", device]
     for name in sorted(passed):
         argv += ["-e", name]
     argv += [*mounts, "--entrypoint", "vllm", _require(environ, "NARWHAL_ENGINE_IMAGE"), "serve", *launch["args"]]
