@@ -15,7 +15,7 @@ from narwhal_assets.defs.discovery.checks import (
     generated_files_private,
     known_hosts_cover_inventory,
 )
-from narwhal_assets.defs.discovery.freshness import discovered_set_fresh, discovery_freshness_sensor
+from narwhal_assets.defs.discovery.freshness import discovery_freshness
 from narwhal_assets.defs.discovery.inventory import host_inventory
 from narwhal_assets.defs.installation.assets import host_installation, install_job
 from narwhal_assets.defs.installation.checks import installation_outdated_sensor, installed_from_latest_manifest
@@ -46,12 +46,11 @@ ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     known_hosts_cover_inventory,
     checkpoint_replicas_agree,
     generated_files_private,
-    discovered_set_fresh,
     installed_from_latest_manifest,
     *PREPARE_CHECKS,
     live_matches_installed,
 ]
-SENSORS = [inventory_sensor, rediscovery_sensor, discovery_freshness_sensor, installation_outdated_sensor]
+SENSORS = [inventory_sensor, rediscovery_sensor, installation_outdated_sensor]
 SCHEDULES = [weekly_full_rehash, reverify_installed_hosts]
 
 # The main job: what `deploy-hosts discover` runs, runnable (and schedulable) from the UI too. Selecting the
@@ -75,8 +74,13 @@ def make_definitions(root: str = "", progress: Progress | None = None) -> dg.Def
     `progress`: what an in-process command shares with the fleet operation it runs (else each run its own)."""
     fleet_progress = (dg.ResourceDefinition.hardcoded_resource(progress) if progress is not None
                       else dg.ResourceDefinition(resource_fn=lambda _: Progress()))  # fmt: skip
+    freshness = discovery_freshness(Path(root or default_root()))
+    assets = dg.map_asset_specs(
+        lambda spec: spec.replace_attributes(freshness_policy=freshness) if spec.group_name == "discovery" else spec,
+        ALL_ASSETS,
+    )  # the discovered set's freshness, as the checkout's NARWHAL_DISCOVERY_MAX_AGE says
     return dg.Definitions(
-        assets=ALL_ASSETS,
+        assets=assets,
         asset_checks=ALL_CHECKS,
         jobs=JOBS,
         sensors=SENSORS,

@@ -1,4 +1,4 @@
-"""Inventory sensor, freshness and schedules evaluated against a real Dagster instance with the definitions.
+"""Inventory sensor, freshness policies and schedules evaluated against a real Dagster instance with the definitions.
 
 No daemon and no hosts: ticks are evaluated with `build_sensor_context`; the checkout is real files. The drift
 sensor needs hosts and is tested in tests/fleet/test_drift.py.
@@ -11,14 +11,13 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from narwhal_assets.definitions import defs
-from narwhal_assets.defs.discovery.assets import OBSERVATIONS
-from narwhal_assets.defs.discovery.freshness import CHECK_NAME, discovery_freshness_sensor, evaluate_freshness
+from narwhal_assets.definitions import defs, make_definitions
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.defs.resources import ManagementCheckout
 from narwhal_assets.defs.schedules import weekly_full_rehash
@@ -136,24 +135,22 @@ def test_a_broken_env_is_skipped_naming_file_and_line_never_the_value(instance: 
     assert partitions(instance) == ["node-1", "node-2"]
 
 
-def test_freshness_flags_a_discovered_set_older_than_the_setting(instance: dg.DagsterInstance, root: Path) -> None:
-    narwhal = ManagementCheckout(root=str(root))
-    never = evaluate_freshness(instance, narwhal, 0.0)
-    assert not never.passed and "never discovered" in never.description
-    instance.report_runless_asset_event(dg.AssetMaterialization(OBSERVATIONS, metadata={"run_dir": str(root)}))
-    stamp = instance.get_latest_materialization_event(OBSERVATIONS).timestamp
-    (root / ".env").write_text(ENV + "NARWHAL_DISCOVERY_MAX_AGE=2h\n")
-    assert evaluate_freshness(instance, narwhal, stamp + 3600).passed
-    stale = evaluate_freshness(instance, narwhal, stamp + 3 * 3600)
-    assert not stale.passed and stale.check_name == CHECK_NAME
-    assert stale.description == "stale: discovered 10800 s ago, over NARWHAL_DISCOVERY_MAX_AGE (7200 s)"
-    (root / ".env").write_text(ENV + "NARWHAL_DISCOVERY_MAX_AGE=soon\n")
-    bad = evaluate_freshness(instance, narwhal, stamp)
-    assert not bad.passed and "NARWHAL_DISCOVERY_MAX_AGE: expected a positive duration" in bad.description
+def test_every_discovered_asset_has_dagsters_freshness_policy_from_the_checkouts_setting(root: Path) -> None:
+    """The daemon judges the discovered set by Dagster's own freshness policy: `NARWHAL_DISCOVERY_MAX_AGE`
+    (default 8 days) fails it, three quarters of it warns; a value that is no duration leaves the default."""
 
-    context = dg.build_sensor_context(instance=instance, definitions=defs, resources={"checkout": narwhal})
-    [event] = discovery_freshness_sensor.evaluate_tick(context).asset_events
-    assert isinstance(event, dg.AssetCheckEvaluation) and event.asset_check_key.name == CHECK_NAME
+    def policies() -> set[dg.FreshnessPolicy | None]:
+        specs = make_definitions(str(root)).resolve_all_asset_specs()
+        return {spec.freshness_policy for spec in specs if spec.group_name == "discovery"}
+
+    assert policies() == {dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=6))}
+    (root / ".env").write_text(ENV + "NARWHAL_DISCOVERY_MAX_AGE=2h\n")
+    assert policies() == {dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=2),
+                                                         warn_window=timedelta(minutes=90))}  # fmt: skip
+    (root / ".env").write_text(ENV + "NARWHAL_DISCOVERY_MAX_AGE=soon\n")
+    assert policies() == {dg.FreshnessPolicy.time_window(fail_window=timedelta(days=8), warn_window=timedelta(days=6))}
+    others = [s for s in make_definitions(str(root)).resolve_all_asset_specs() if s.group_name != "discovery"]
+    assert others and all(s.freshness_policy is None for s in others), "prepared runs and installs are not timed"
 
 
 def test_weekly_schedule_runs_a_full_rehash_with_config_the_job_accepts() -> None:
@@ -167,9 +164,8 @@ def test_weekly_schedule_runs_a_full_rehash_with_config_the_job_accepts() -> Non
 def test_every_sensor_and_schedule_has_a_description_and_the_cli_lists_them(tmp_path: Path) -> None:
     repository = defs.get_repository_def()
     automation = {d.name: d.description for d in [*repository.sensor_defs, *repository.schedule_defs]}
-    assert set(automation) == {"inventory_sensor", "rediscovery_sensor", "discovery_freshness_sensor",
-                               "installation_outdated_sensor", "weekly_full_rehash",
-                               "reverify_installed_hosts"}  # fmt: skip
+    assert set(automation) == {"inventory_sensor", "rediscovery_sensor", "installation_outdated_sensor",
+                               "weekly_full_rehash", "reverify_installed_hosts"}  # fmt: skip
     assert all(description and len(description) > 40 for description in automation.values())
     home = tmp_path / "home"
     home.mkdir()
@@ -178,6 +174,5 @@ def test_every_sensor_and_schedule_has_a_description_and_the_cli_lists_them(tmp_
     listed = subprocess.run([str(DAGSTER), "sensor", "list", "-w", "workspace.yaml"], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=180, check=False)  # fmt: skip
     assert listed.returncode == 0, listed.stderr
-    for name in ("inventory_sensor", "rediscovery_sensor", "discovery_freshness_sensor",
-                 "installation_outdated_sensor"):
+    for name in ("inventory_sensor", "rediscovery_sensor", "installation_outdated_sensor"):
         assert name in listed.stdout

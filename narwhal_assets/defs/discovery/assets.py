@@ -10,6 +10,7 @@ from narwhal_assets.core.discovery.observations import CheckpointDigest, HostObs
 from narwhal_assets.core.errors import NarwhalError, raise_together
 from narwhal_assets.core.launch.profiling import max_num_seqs
 from narwhal_assets.defs.lineage import upstream_path
+from narwhal_assets.defs.names import HOST_POOL
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
 from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.transport import HostConnection
@@ -52,6 +53,7 @@ def _enrolment(connection: HostConnection) -> dict[str, str]:
                      description="`runs/discovery/<run>/engine-<n>-checkpoint.json`: file hashes and tree digest"),
     ],
     can_subset=True,
+    pool=HOST_POOL,
 )  # fmt: skip
 def host_discovery(
     context: dg.AssetExecutionContext, config: DiscoveryConfig, checkout: ManagementCheckout, ssh: SshSettings
