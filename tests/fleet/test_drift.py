@@ -80,9 +80,9 @@ def test_a_changed_checkpoint_file_and_image_id_request_a_tagged_discovery(
         data = tick(checkout)
         again = tick(checkout)
     [request] = data.run_requests
-    assert request.tags["narwhal.drift/node-2"] == "checkpoint"
-    assert request.tags["narwhal.drift/node-3"] == "image"
-    assert "narwhal.drift/node-1" not in request.tags and request.tags["narwhal/trigger"] == "drift"
+    assert request.tags["narwhal/drift.node-2"] == "checkpoint"
+    assert request.tags["narwhal/drift.node-3"] == "image"
+    assert "narwhal/drift.node-1" not in request.tags and request.tags["narwhal/trigger"] == "drift"
     assert again.run_requests[0].run_key == request.run_key, "the same drift requests the same run"
     drift = data.asset_events[0].metadata["drift"].value
     assert drift["node-2"] == [f"checkpoint: engine-2: 1 file(s) changed: {TOUCHED}"]
@@ -119,7 +119,7 @@ def test_the_daemon_launches_a_discovery_on_drift_and_skips_without(
                     stack.enter_context(replaced_file(fleet.model_path(name, MODEL) / TOUCHED, WEIGHTS[TOUCHED][::-1]))
                 [run] = wait_for(lambda: drift_runs(instance), log_path)
                 assert run.job_name == "discovery_job"
-                assert {run.tags[f"narwhal.drift/node-{n}"] for n in (1, 2, 3)} == {"checkpoint"}
+                assert {run.tags[f"narwhal/drift.node-{n}"] for n in (1, 2, 3)} == {"checkpoint"}
                 done = wait_for(lambda: finished(instance, run.run_id), log_path)
                 status = done.dagster_run.status
                 assert status == dg.DagsterRunStatus.SUCCESS, log_path.read_text(errors="replace")[-4000:]
@@ -146,7 +146,7 @@ def test_a_rotated_host_key_is_drift_and_a_refusal_never_an_enrolment(
     fleet.rotate_host_key("h3")
     data = tick(checkout)
     [request] = data.run_requests
-    assert request.tags["narwhal.drift/node-3"] == "host-key" and "narwhal.drift/node-1" not in request.tags
+    assert request.tags["narwhal/drift.node-3"] == "host-key" and "narwhal/drift.node-1" not in request.tags
     [line] = data.asset_events[0].metadata["drift"].value["node-3"]
     assert line.startswith("host-key: ") and "refused; discovery will not enrol it" in line
     assert store.read_bytes() == before

@@ -81,8 +81,8 @@ class DriftReport:
     bytes_read: int = 0
 
     def tags(self) -> dict[str, str]:
-        """`narwhal.drift/<host-id>`: the drifted kinds, comma-separated."""
-        return {f"narwhal.drift/{host}": ",".join(sorted({c.kind for c in changes}))
+        """`narwhal/drift.<host-id>`: the drifted kinds, comma-separated."""
+        return {f"narwhal/drift.{host}": ",".join(sorted({c.kind for c in changes}))
                 for host, changes in sorted(self.drift.items())}  # fmt: skip
 
     def run_key(self) -> str:
