@@ -294,7 +294,7 @@ def test_a_config_openssh_rejects_fails_discovery_naming_it_and_writes_nothing(
 ) -> None:
     config = tmp_path / "config"
     config.write_text(routes.read_text().replace("Host *\n", "Host *\n    UseKeychain yes\n"))
-    root = write_checkout(tmp_path / "checkout", config, {"engine-1": "bast-node"})
+    root = write_checkout(tmp_path / "checkout", config, {"engine-1": "bast-node", "engine-2": "pc-node"})
     err, _ = failing_discover(root, capsys, rc=2)
     assert f"ssh config {config}: OpenSSH refuses it: {config}: line" in err and "Bad configuration option" in err
     assert "Traceback" not in err
