@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import itertools
 import json
@@ -78,7 +77,7 @@ import time
 
 # In the package the lease is its own module; on a host its source follows this one in the same program.
 with contextlib.suppress(ImportError):
-    from narwhal_assets.host.lease import HostLease, LeaseRefused
+    from narwhal_assets.host.lease import HostLease, LeaseRefused, flock_within
 
 REPORT_SCHEMA = "narwhal.install-report"
 MARKER = "installed"
@@ -529,16 +528,9 @@ class Installer:
         for at most LOCK_WAIT_S: its holders only make, judge or remove lock directories."""
         fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            waited = time.monotonic() + LOCK_WAIT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > waited:
-                        raise GateFailure("lock", f"{LOCK}: another installer kept the deployment directory's "
-                                          f"flock for {LOCK_WAIT_S:.0f} s") from None  # fmt: skip
-                    time.sleep(0.01)
+            if not flock_within(fd, LOCK_WAIT_S):
+                raise GateFailure("lock", f"{LOCK}: another installer kept the deployment directory's flock for "
+                                  f"{LOCK_WAIT_S:.0f} s")  # fmt: skip
             yield
         finally:
             os.close(fd)

@@ -87,16 +87,9 @@ class HostLease:
         self.base_dir()
         fd = os.open(self.top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            waited = time.monotonic() + self.guard_wait_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > waited:
-                        raise LeaseRefused(f"~/{self.shown_top} stayed locked (flock) by another process for "
-                                           f"{self.guard_wait_s:.0f} s") from None  # fmt: skip
-                    time.sleep(0.02)
+            if not flock_within(fd, self.guard_wait_s):
+                raise LeaseRefused(f"~/{self.shown_top} stayed locked (flock) by another process for "
+                                   f"{self.guard_wait_s:.0f} s")  # fmt: skip
             yield
         finally:
             os.close(fd)
@@ -308,6 +301,19 @@ class HostLease:
         else:
             os.unlink(path)
         return True
+
+
+def flock_within(fd: int, seconds: float) -> bool:
+    """Take an exclusive `flock` of `fd`, waiting at most `seconds` (every wait on a host has a deadline)."""
+    waited = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > waited:
+                return False
+            time.sleep(0.01)
 
 
 def _number(value: object) -> bool:

@@ -149,6 +149,28 @@ def test_rollback_then_install_says_current_moves_back(
                                            for r in rows.values()), rows  # fmt: skip
 
 
+@contextmanager
+def install_in_background(root: Path, run: Path, fleet: SimFleet, name: str, *args: str,
+                          seconds: str = "") -> Iterator[subprocess.Popen[str]]:  # fmt: skip
+    """`deploy-hosts install --run RUN ARGS` in a process (and session) of its own, yielded once host `name`'s
+    install command has started and is slow (60 s, or `seconds`); the flags and whatever is left are cleaned up."""
+    home = fleet.host(name).home
+    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
+    flag.write_text(seconds)
+    command = subprocess.Popen([sys.executable, "-m", "narwhal_assets", "--root", str(root), "install", "--run",
+                                str(run), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    try:
+        wait_for(started.exists, f"the slow install to start on {name}")
+        yield command
+    finally:
+        flag.unlink(missing_ok=True)
+        started.unlink(missing_ok=True)
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+            command.communicate()
+
+
 def plant_lease(fleet: SimFleet, name: str, expires: float, **holder: object) -> Path:
     """Another operation's lease record on host `name` (as `host/lease.py` writes it), owned by the host user."""
     record = fleet.host(name).home / "Narwhal-deploy" / ".lease"
@@ -232,14 +254,7 @@ def test_a_second_checkout_is_refused_on_any_shared_host_and_a_killed_one_stays_
     deployment = manifest_of(prepared).deployment_id
     other = tmp_path / "other-checkout"
     shutil.copytree(root, other, symlinks=True)
-    home = fleet.host("h2").home
-    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
-    flag.touch()
-    first = subprocess.Popen([sys.executable, "-m", "narwhal_assets", "--root", str(root), "install", "--run",
-                              str(prepared), "--message", "first deploy"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
-    try:
-        wait_for(started.exists, "the slow install to start on h2")
+    with install_in_background(root, prepared, fleet, "h2", "--message", "first deploy") as first:
         rc, out, err = install(other, prepared, capsys)
         assert rc == 1, out + err
         assert "another operation holds the lease on node-1, node-2, node-3" in err and '"first deploy"' in err, err
@@ -248,13 +263,7 @@ def test_a_second_checkout_is_refused_on_any_shared_host_and_a_killed_one_stays_
         rc, out, _ = cli(other, "lock", "--release", capsys=capsys)
         assert rc == 1 and re.search(r"node-2 +kept: held: .*\"first deploy\"", out), out
         os.killpg(first.pid, signal.SIGKILL)
-        first.wait(timeout=30)
-    finally:
-        flag.unlink(missing_ok=True)
-        started.unlink(missing_ok=True)
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-        first.communicate()
+        first.communicate(timeout=30)
     assert gone(fleet, "h2", "sleep 60") == [], "the killed command's install went on on the host"
     assert not (remote_dir(fleet, "node-2", prepared) / "installed").exists()
     assert current(fleet, "node-2") != deployment
@@ -296,20 +305,13 @@ def test_an_operation_paused_past_its_lease_changes_nothing_more_once_another_to
     other = tmp_path / "other-checkout"
     shutil.copytree(root, other, symlinks=True, ignore=shutil.ignore_patterns("deployment-env"))
     ours = manifest_of(prepared).deployment_id
-    home = fleet.host("h2").home
-    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
     extra = ["--activate", "each", "--max-parallel", "1"] if phase == "activating" else []
     with short_leases(root, other):
         theirs_run = prepare(other, tmp_path / "theirs", capsys)
         theirs = manifest_of(theirs_run).deployment_id
-        flag.write_text("15")
-        first = subprocess.Popen([sys.executable, "-m", "narwhal_assets", "--root", str(root), "install", "--run",
-                                  str(prepared), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 start_new_session=True)  # fmt: skip
-        try:
-            wait_for(started.exists, "the slow install to start on h2")
+        with install_in_background(root, prepared, fleet, "h2", *extra, seconds="15") as first:
             os.killpg(first.pid, signal.SIGSTOP)
-            flag.unlink()
+            (fleet.host("h2").home / SLOW_FLAG).unlink()  # B's install of h2 is not slow
             if phase == "activating":
                 assert current(fleet, "node-1") == ours, "A moved node-1 before it was paused"
             time.sleep(6)  # A's leases (4 s) run out while it is stopped
@@ -319,12 +321,6 @@ def test_an_operation_paused_past_its_lease_changes_nothing_more_once_another_to
             assert {h: current(fleet, h) for h in NAMES} == dict.fromkeys(NAMES, theirs)
             os.killpg(first.pid, signal.SIGCONT)
             out, err = first.communicate(timeout=120)
-        finally:
-            flag.unlink(missing_ok=True)
-            started.unlink(missing_ok=True)
-            if first.poll() is None:
-                os.killpg(first.pid, signal.SIGKILL)
-                first.communicate()
     assert first.returncode == 1, out + err
     assert line(out, "node-2").startswith("failed at gate 'lease': lease: this operation's lease here was taken "
                                           "over"), out  # fmt: skip
@@ -359,22 +355,9 @@ def test_a_run_prepared_before_a_setting_changed_warns_naming_it_and_strict_refu
 def test_ctrl_c_says_where_each_host_stopped_without_a_traceback(
     root: Path, prepared: Path, fleet: SimFleet
 ) -> None:
-    home = fleet.host("h3").home
-    flag, started = home / SLOW_FLAG, home / STARTED_FLAG
-    flag.touch()
-    command = subprocess.Popen([sys.executable, "-m", "narwhal_assets", "--root", str(root), "install", "--run",
-                                str(prepared)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)  # fmt: skip
-    try:
-        wait_for(started.exists, "the slow install to start on h3")
+    with install_in_background(root, prepared, fleet, "h3") as command:
         os.killpg(command.pid, signal.SIGINT)
         _, err = command.communicate(timeout=60)
-    finally:
-        flag.unlink(missing_ok=True)
-        started.unlink(missing_ok=True)
-        if command.poll() is None:
-            os.killpg(command.pid, signal.SIGKILL)
-            command.communicate()
     assert command.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "deploy-hosts install: host node-3: stopped while staging: `current` not moved" in err, err
