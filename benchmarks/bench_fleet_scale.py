@@ -10,7 +10,8 @@ peak SSH sessions, threads and file descriptors (sampled from /proc), and the by
 checkout's `runs/` and `config/` (split into host logs, Dagster's storage, and the rest). Per command it
 prints the fixed cost and the CPU per extra host (a least-squares line over the three sizes, and the slope
 of each interval: a superlinear command's slope grows), the exponent k of CPU = a + b N^k through the three
-points, and the bytes written per host; per generated artifact (the config set, the discovery run
+points (n/a when an interval rises less than NOISE_CPU_S, which repeated runs differ by), and the bytes
+written per host; per generated artifact (the config set, the discovery run
 directory, the prepared run directory; per-host files grouped as one kind) its size at each size and its
 growth exponent (log size against log hosts, least squares).
 
@@ -18,6 +19,11 @@ Round trips: on a second, small fleet (`--rtt-hosts`, default 2) whose hosts sit
 latency relay, each command runs with the relay at 0 and at `--latency-ms` each way (interleaved, the least
 wall of `--rtt-repeat` rounds); round trips = (wall at L - wall at 0) / RTT, with the hosts in parallel, so
 the figure is one host's sequence of exchanges.
+
+The UI's install: on a third small fleet (`--ui-sizes`, default 2 and 8 hosts), a backfill of
+`host_installation` over every host, launched through `deploy-hosts ui` as the UI's button does
+(ui_backfill.py), beside a CLI `install` (first) of a new run on the same hosts: CPU per host and Dagster
+storage per host of each.
 
 Host-side work is kept small (the install command links the checkout into `.venv` with a `.pth` file and the
 check imports it; bench_install's settings), so the shared CPUs mostly measure the workstation; the hosts'
@@ -29,7 +35,8 @@ host, every artifact's exponent <= 1.1 (the engine role files list every peer's 
 Needs root.
 
     .venv/bin/python benchmarks/bench_fleet_scale.py [--sizes 25,80,250] [--max-parallel N] [--repeat 1]
-        [--rtt-hosts 2] [--latency-ms 100] [--rtt-repeat 2] [--skip-scale | --skip-rtt] [--markdown FILE]
+        [--rtt-hosts 2] [--latency-ms 100] [--rtt-repeat 2] [--ui-sizes 2,8] [--skip scale,rtt,ui]
+        [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -48,8 +55,11 @@ from pathlib import Path
 from bench_install import checkout
 from fleetsim import SimFleet
 from process_meter import Usage, quiesce, run_measured
+from ui_backfill import Backfill, measure_backfill
 
 COMMANDS = ["discover", "check-access", "prepare", "install (first)", "install (reuse)", "status", "rollback"]
+PARTS = {"scale", "rtt", "ui"}
+NOISE_CPU_S = 0.25  # how far one command's CPU varies between runs here (2 shared CPUs)
 RTT_COMMANDS = ["discover", "check-access", "install (first)", "install (reuse)", "status", "rollback"]
 NORMALIZE = [
     (re.compile(r"\d{8}T\d{6}Z-[0-9a-f]+"), "<run>"),
@@ -241,6 +251,26 @@ def run_rtt(
     return walls
 
 
+def run_ui(sizes: list[int], max_parallel: int | None, workdir: Path) -> dict[int, tuple[Backfill, Cell]]:
+    """size -> (the UI backfill of a first install, a CLI first install of a newer run on the same hosts)."""
+    found: dict[int, tuple[Backfill, Cell]] = {}
+    with SimFleet(workdir / "ui-fleet") as fleet:
+        for number in range(1, max(sizes) + 1):
+            fleet.add_host(f"h{number}", gpus=1)
+        fleet.start()
+        fleet.write_model("bench", {"weights.bin": b"\0" * 4096}, {"model_type": "llama"})
+        for size in sizes:
+            print(f"  UI backfill, {size} hosts:", file=sys.stderr, flush=True)
+            deployer = Deployer(checkout(workdir, fleet, size, name=f"ui-{size}"), max_parallel)
+            deployer.prepare("ui")
+            backfill = measure_backfill(deployer.root, deployer.env)
+            print(f"    backfill      {backfill.wall:7.2f} s wall {backfill.cpu:7.2f} cpu s  {backfill.runs} runs",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            newer, _ = deployer.prepare("cli")
+            found[size] = (backfill, deployer.install(newer))
+    return found
+
+
 # --- fits ---------------------------------------------------------------------------------------------------
 
 
@@ -253,9 +283,10 @@ def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def power_exponent(sizes: list[int], values: list[float]) -> float | None:
-    """k of value = a + b N^k through three points (None when the values do not rise through them)."""
+    """k of value = a + b N^k through three points (None unless each interval rises by NOISE_CPU_S or more:
+    below that, repeated runs of one command differ by as much, and k says nothing)."""
     (n1, n2, n3), (c1, c2, c3) = sizes[:3], values[:3]
-    if not c1 < c2 < c3:
+    if not (c2 - c1 >= NOISE_CPU_S and c3 - c2 >= NOISE_CPU_S):
         return None
     ratio = (c3 - c1) / (c2 - c1)
 
@@ -341,6 +372,25 @@ def rtt_table(walls: dict[str, dict[float, float]], latency_ms: float, hosts: in
     return "\n".join(lines)
 
 
+def ui_table(found: dict[int, tuple[Backfill, Cell]]) -> str:
+    sizes = sorted(found)
+    small, large = sizes[0], sizes[-1]
+    lines = [f"The UI's install (a backfill of host_installation over every host) beside the CLI's first install, "
+             f"at {', '.join(map(str, sizes))} hosts.", "",
+             "| install | runs | CPU s | CPU s/host | wall s | Dagster storage KB/host |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    ui = [found[n][0] for n in sizes]
+    cli = [found[n][1] for n in sizes]
+    span = large - small
+    lines.append(f"| UI backfill | {' / '.join(str(b.runs) for b in ui)} | {' / '.join(f'{b.cpu:.2f}' for b in ui)} "
+                 f"| {(ui[-1].cpu - ui[0].cpu) / span:.2f} | {' / '.join(f'{b.wall:.1f}' for b in ui)} "
+                 f"| {(ui[-1].storage - ui[0].storage) / span / 1024:.1f} |")  # fmt: skip
+    lines.append(f"| CLI install (first) | 1 | {' / '.join(f'{c.cpu:.2f}' for c in cli)} "
+                 f"| {(cli[-1].cpu - cli[0].cpu) / span:.2f} | {' / '.join(f'{c.wall:.1f}' for c in cli)} "
+                 f"| {(cli[-1].written['dagster'] - cli[0].written['dagster']) / span / 1024:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def _kb(value: float) -> str:
     return f"{value / 1024:.1f} KB"
 
@@ -356,6 +406,13 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
+def _parts(text: str) -> set[str]:
+    parts = set(text.split(","))
+    if not parts <= PARTS:
+        raise argparse.ArgumentTypeError(f"parts are {', '.join(sorted(PARTS))}")
+    return parts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=_sizes, default=[25, 80, 250])
@@ -364,9 +421,8 @@ def main() -> None:
     parser.add_argument("--rtt-hosts", type=int, default=2)
     parser.add_argument("--latency-ms", type=float, default=100.0)
     parser.add_argument("--rtt-repeat", type=int, default=2)
-    skip = parser.add_mutually_exclusive_group()
-    skip.add_argument("--skip-scale", action="store_true")
-    skip.add_argument("--skip-rtt", action="store_true")
+    parser.add_argument("--ui-sizes", type=_sizes, default=[2, 8])
+    parser.add_argument("--skip", type=_parts, default=set(), metavar="scale,rtt,ui", help="parts not to run")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the tables to FILE")
     args = parser.parse_args()
     began = time.monotonic()
@@ -374,12 +430,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="narwhal-bench-") as tmp:
         workdir = Path(tmp)
         workdir.chmod(0o711)
-        if not args.skip_scale:
+        if "scale" not in args.skip:
             scales, fleet_line = run_scale(args.sizes, args.max_parallel, args.repeat, workdir)
             sections += [fleet_line, scale_tables(scales)]
-        if not args.skip_rtt:
+        if "rtt" not in args.skip:
             walls = run_rtt(args.rtt_hosts, args.latency_ms, args.rtt_repeat, args.max_parallel, workdir)
             sections.append(rtt_table(walls, args.latency_ms, args.rtt_hosts))
+        if "ui" not in args.skip:
+            sections.append(ui_table(run_ui(args.ui_sizes, args.max_parallel, workdir)))
     header = (f"bench_fleet_scale: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end, "
               f"{(time.monotonic() - began) / 60:.1f} min")  # fmt: skip
     text = "\n\n".join([header, *sections]) + "\n"

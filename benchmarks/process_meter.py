@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +68,10 @@ class Cgroup:
     @property
     def procs_file(self) -> Path:
         return self.path / "cgroup.procs"
+
+    def joining(self, argv: Sequence[str]) -> list[str]:
+        """`argv` behind a shell that joins this cgroup and then becomes the command: none of it runs outside."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.procs_file), *argv]
 
     def pids(self) -> list[int]:
         with contextlib.suppress(OSError):
@@ -115,14 +119,12 @@ def run_measured(
     peaks = _Peaks()
     sampler = threading.Thread(target=_sample, args=(group, stop, interval, peaks), daemon=True)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        # The shell joins the cgroup, then becomes the command: nothing of it runs outside the cgroup.
-        wrapped = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group.procs_file), *argv]
-        started = time.perf_counter()
-        proc = subprocess.Popen(wrapped, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        began = time.perf_counter()
+        proc = subprocess.Popen(group.joining(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         sampler.start()
         try:
             status, rusage = _wait4(proc, timeout)
-            wall = time.perf_counter() - started
+            wall = time.perf_counter() - began
         finally:
             stop.set()
             sampler.join()
@@ -137,6 +139,28 @@ def run_measured(
     usage.peak_pss, usage.peak_sessions, usage.peak_threads = peaks.pss, peaks.sessions, peaks.threads
     usage.peak_fds, usage.peak_processes, usage.samples = peaks.fds, peaks.processes, peaks.samples
     return usage
+
+
+@contextlib.contextmanager
+def started(argv: Sequence[str], *, log: Path, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> Iterator[tuple[subprocess.Popen[bytes], Cgroup]]:  # fmt: skip
+    """A long-running `argv` (output to `log`) in a new cgroup, for the caller to read its CPU while it runs;
+    on leaving, SIGINT (SIGKILL 30 s later), then everything left in the cgroup is killed and it is removed."""
+    group = Cgroup()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(group.joining(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        yield proc, group
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        group.drain(wait_s=5)
+        group.remove()
 
 
 def _wait4(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, resource.struct_rusage]:

@@ -204,12 +204,12 @@ def test_a_relayed_host_answers_after_its_latency_each_way(sim_fleet_factory: Fa
 
 def banner_and_exchange(address: str) -> tuple[float, float]:
     """Seconds from connect to sshd's banner, and from sending ours to its next bytes (its key exchange)."""
+    began = time.monotonic()  # before connecting and before sending: the relay cannot start its clock earlier
     with socket.create_connection((address, 22), timeout=10) as sock:
-        began = time.monotonic()
         assert sock.recv(64).startswith(b"SSH-2.0-")
         banner = time.monotonic() - began
-        sock.sendall(b"SSH-2.0-fleetsim_test\r\n")
         began = time.monotonic()
+        sock.sendall(b"SSH-2.0-fleetsim_test\r\n")
         assert sock.recv(64)
         return banner, time.monotonic() - began
 
