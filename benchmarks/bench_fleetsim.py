@@ -86,10 +86,9 @@ def main() -> None:
             f"| {pss:.2f} | {closed:.1f} |"
         )
     (small, start_small, *_), (large, start_large, *_) = rows[0], rows[-1]
-    print(
-        f"\nstart-up slope {small} -> {large} hosts: {(start_large - start_small) / (large - small) * 1000:.0f} ms "
-        "per extra host"
-    )
+    if large > small:
+        slope = (start_large - start_small) / (large - small) * 1000
+        print(f"\nstart-up slope {small} -> {large} hosts: {slope:.0f} ms per extra host")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ RELAY_SCRIPT = Path(__file__).with_name("relay.py")
 LATENCY_FILE = "latency"
 MAX_LATENCY = 5.0  # one-way seconds: more than any region or bastion a fleet sits behind
 KEYGEN_PARALLEL = max(2, os.cpu_count() or 1)
+BOOT_PARALLEL = 32  # hosts booting (host-init.sh, then sshd) at once
 _ENV_PLAIN = re.compile(r"[A-Za-z0-9_./:@%+=,-]*")
 
 
@@ -411,8 +413,9 @@ class SimFleet:
             self._record_hosts(hosts)
             for host in hosts:
                 _write_host_files(host)
-            accounts = [system.add_user(host.user, Path(host.remote_home), f"{USER_COMMENT} {self.prefix} {host.name}")
-                        for host in hosts]  # fmt: skip
+            small = self.net.capacity <= network.DEFAULT_CAPACITY
+            accounts = [system.add_user(host.user, Path(host.remote_home), f"{USER_COMMENT} {self.prefix} {host.name}",
+                                        system=small) for host in hosts]  # fmt: skip
             system.set_passwords({host.user: host.password for host in hosts})
             key = self.client_key_path.with_suffix(".pub").read_text(encoding="ascii")
             for host, account in zip(hosts, accounts, strict=True):
@@ -424,9 +427,13 @@ class SimFleet:
             for job in keys:
                 job.result()
         self._write_ssh_config()
-        for host in hosts:
+        booting: deque[SimHost] = deque()
+        for host in hosts:  # at most BOOT_PARALLEL at once, so each host's deadline measures its own boot
+            if len(booting) >= BOOT_PARALLEL:
+                self._wait_ready(booting.popleft())
             self._launch(host)
-        for host in hosts:
+            booting.append(host)
+        for host in booting:
             self._wait_ready(host)
         self._state.save()
 

@@ -81,10 +81,16 @@ def run_retrying_lock(argv: Sequence[str], *, stdin: str | None = None, seconds:
 # --- accounts -------------------------------------------------------------------------------------
 
 
-def add_user(name: str, home: Path, comment: str) -> pwd.struct_passwd:
-    """A system account with a bash login shell; its home is created by the caller under the workdir."""
+def add_user(name: str, home: Path, comment: str, *, system: bool = True) -> pwd.struct_passwd:
+    """An account with a bash login shell; its home is created by the caller under the workdir.
+
+    A system account unless `system` is false: Debian's system range (101-999) holds fewer than 900 accounts
+    for every fleet on the machine, so a large fleet takes regular ones (from UID_MIN), without the
+    subordinate ID ranges useradd would otherwise give each.
+    """
+    kind = ["--system"] if system else ["-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0"]
     run_retrying_lock(
-        ["useradd", "--system", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash",
+        ["useradd", *kind, "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash",
          "--user-group", "--comment", comment, name]
     )  # fmt: skip
     return pwd.getpwnam(name)
