@@ -10,10 +10,11 @@ peak SSH sessions, threads and file descriptors (sampled from /proc), and the by
 checkout's `runs/` and `config/` (split into host logs, Dagster's storage, and the rest). Per command it
 prints the fixed cost and the CPU per extra host (a least-squares line over the three sizes, and the slope
 of each interval: a superlinear command's slope grows), the exponent k of CPU = a + b N^k through the three
-points (n/a when an interval rises less than NOISE_CPU_S, which repeated runs differ by), and the bytes
-written per host; per generated artifact (the config set, the discovery run
-directory, the prepared run directory; per-host files grouped as one kind) its size at each size and its
-growth exponent (log size against log hosts, least squares).
+points (n/a when an interval rises less than NOISE_CPU_S, which repeated runs differ by), the bytes
+written per host, and for install (first) and rollback the activation window (from the first to the last
+host whose `~/Narwhal-deploy/current` moved, read from the links' own mtimes); per generated artifact (the
+config set, the discovery run directory, the prepared run directory; per-host files grouped as one kind)
+its size at each size and its growth exponent (log size against log hosts, least squares).
 
 Round trips: on a second, small fleet (`--rtt-hosts`, default 2) whose hosts sit behind fleetsim's
 latency relay, each command runs with the relay at 0 and at `--latency-ms` each way (interleaved, the least
@@ -76,9 +77,12 @@ class Cell:
     written: dict[str, int]
     cpu: float = 0.0
     wall: float = 0.0
+    window: float | None = None  # activation window: first to last host whose `current` moved (seconds)
 
     def merge(self, other: Cell) -> Cell:
         other.cpu, other.wall = min(self.cpu, other.cpu), min(self.wall, other.wall)
+        windows = [w for w in (self.window, other.window) if w is not None]
+        other.window = max(windows) if windows else None
         return other
 
 
@@ -166,8 +170,9 @@ def newest(directory: Path, pattern: str) -> Path:
     return max(directory.glob(pattern), key=lambda p: p.stat().st_mtime)
 
 
-def measure_size(deployer: Deployer) -> Scale:
-    """The command sequence of the module docstring on one checkout."""
+def measure_size(deployer: Deployer, homes: list[Path]) -> Scale:
+    """The command sequence of the module docstring on one checkout whose hosts' homes (seen from here) are
+    `homes`."""
     scale = Scale()
     root = deployer.root
     scale.cells["discover"] = deployer.run("discover")
@@ -176,14 +181,22 @@ def measure_size(deployer: Deployer) -> Scale:
     scale.cells["check-access"] = deployer.run("check-access")
     older, scale.cells["prepare"] = deployer.prepare("A")
     scale.artifacts |= artifact_kinds(older, "prepared run")
-    scale.cells["install (first)"] = deployer.install(older)
+    scale.cells["install (first)"] = activated(deployer.install(older), homes)
     scale.cells["install (reuse)"] = deployer.install(older)
     scale.cells["status"] = deployer.run("status")
     newer, again = deployer.prepare("B")
     scale.cells["prepare"] = scale.cells["prepare"].merge(again)
-    scale.cells["install (first)"] = scale.cells["install (first)"].merge(deployer.install(newer))
-    scale.cells["rollback"] = deployer.rollback(older)
+    scale.cells["install (first)"] = scale.cells["install (first)"].merge(activated(deployer.install(newer), homes))
+    scale.cells["rollback"] = activated(deployer.rollback(older), homes)
     return scale
+
+
+def activated(cell: Cell, homes: list[Path]) -> Cell:
+    """`cell` with its activation window: how far apart the hosts' `~/Narwhal-deploy/current` links were made
+    (each move replaces the link, so its own mtime is when that host's `current` moved)."""
+    times = [(home / "Narwhal-deploy" / "current").lstat().st_mtime for home in homes]
+    cell.window = max(times) - min(times)
+    return cell
 
 
 def run_scale(sizes: list[int], max_parallel: int | None, repeat: int, workdir: Path) -> tuple[dict[int, Scale], str]:
@@ -202,7 +215,8 @@ def run_scale(sizes: list[int], max_parallel: int | None, repeat: int, workdir: 
             for size in sizes:
                 print(f"  round {round_ + 1}, {size} hosts:", file=sys.stderr, flush=True)
                 root = checkout(workdir, fleet, size, name=f"fleet-{size}-{round_}", discover=False)
-                found = measure_size(Deployer(root, max_parallel))
+                homes = [fleet.host(f"h{n}").home for n in range(1, size + 1)]
+                found = measure_size(Deployer(root, max_parallel), homes)
                 if size in scales:
                     for name, cell in found.cells.items():
                         found.cells[name] = scales[size].cells[name].merge(cell)
@@ -322,8 +336,9 @@ def scale_tables(scales: dict[int, Scale]) -> str:
         "descendants; peaks: its process tree, sampled; bytes: what it added under runs/ and config/).",
         "",
         "| command | CPU fixed s | CPU s/host (fit) | CPU s/host per interval | exponent k | CPU s | wall s "
-        "| peak MB (PSS) | peak sessions | peak threads | peak fds | bytes/host (logs + dagster + other) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| peak MB (PSS) | peak sessions | peak threads | peak fds | bytes/host (logs + dagster + other) "
+        "| activation window s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in COMMANDS:
         cells = [scales[size].cells[name] for size in sizes]
@@ -342,7 +357,8 @@ def scale_tables(scales: dict[int, Scale]) -> str:
             f"| {' / '.join(str(c.usage.peak_sessions) for c in cells)} "
             f"| {' / '.join(str(c.usage.peak_threads) for c in cells)} "
             f"| {' / '.join(str(c.usage.peak_fds) for c in cells)} "
-            f"| {_kb(total)} ({_kb(per_host['logs'])} + {_kb(per_host['dagster'])} + {_kb(per_host['other'])}) |"
+            f"| {_kb(total)} ({_kb(per_host['logs'])} + {_kb(per_host['dagster'])} + {_kb(per_host['other'])}) "
+            f"| {' / '.join(_num(c.window) for c in cells) if cells[-1].window is not None else ''} |"
         )
     lines += ["", f"Generated artifacts at {', '.join(map(str, sizes))} hosts (per-host files grouped as one kind; "
               "exponent: least squares of log bytes against log hosts; per file: the kind's exponent less its "
