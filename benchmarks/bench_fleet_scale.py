@@ -166,8 +166,10 @@ def artifact_kinds(top: Path, label: str) -> dict[str, tuple[int, int]]:
     return kinds
 
 
-def newest(directory: Path, pattern: str) -> Path:
-    return max(directory.glob(pattern), key=lambda p: p.stat().st_mtime)
+def newest(directory: Path) -> Path | None:
+    """The most recently made run directory under `directory` (None when there is none)."""
+    runs = [path for path in directory.glob("*") if path.is_dir() and path.name != "objects"]
+    return max(runs, key=lambda p: p.stat().st_mtime) if runs else None
 
 
 def measure_size(deployer: Deployer, homes: list[Path]) -> Scale:
@@ -177,7 +179,8 @@ def measure_size(deployer: Deployer, homes: list[Path]) -> Scale:
     root = deployer.root
     scale.cells["discover"] = deployer.run("discover")
     scale.artifacts |= artifact_kinds(root / "config", "config")
-    scale.artifacts |= artifact_kinds(newest(root / "runs" / "discovery", "*T*Z-*"), "discovery run")
+    if (run := newest(root / "runs" / "discovery")) is not None:
+        scale.artifacts |= artifact_kinds(run, "discovery run")
     scale.cells["check-access"] = deployer.run("check-access")
     older, scale.cells["prepare"] = deployer.prepare("A")
     scale.artifacts |= artifact_kinds(older, "prepared run")

@@ -64,7 +64,7 @@ def pick_networks(prefixes: list[int], rng: random.Random | None = None) -> list
     """One aligned block of 198.18.0.0/15 per prefix length, none overlapping another or anything the root
     namespace uses yet."""
     rng = rng or random.SystemRandom()
-    taken = used_networks()
+    taken = list(ipaddress.collapse_addresses(used_networks()))  # a large fleet's thousand /30s are a few blocks
     picked: list[IPv4Network] = []
     for prefix in prefixes:
         free = [net for net in FLEET_SPACE.subnets(new_prefix=prefix) if not any(net.overlaps(u) for u in taken)]
