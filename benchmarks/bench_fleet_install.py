@@ -41,6 +41,7 @@ from pathlib import Path
 
 from bench_install import PR_SET_CHILD_SUBREAPER, checkout, prepare, set_host_wait
 from fleetsim import SimFleet
+from process_meter import quiesce
 
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.ssh.access import host_accesses, make_connector
@@ -48,7 +49,6 @@ from narwhal_assets.ssh.parallel import over_hosts
 from narwhal_assets.ssh.trust import TrustMode
 
 IDLE_S = 10.0
-QUIESCE_S = 20.0
 
 
 def measure(root: Path, *argv: str, code: Path | None = None) -> tuple[float, float]:
@@ -66,22 +66,6 @@ def measure(root: Path, *argv: str, code: Path | None = None) -> tuple[float, fl
         raise SystemExit(f"{argv[0]} failed:\n{done.stdout}{done.stderr}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
-def quiesce(idle: float = 0.9, most_s: float = QUIESCE_S) -> None:
-    """Wait (at most `most_s`) until the CPUs were at least `idle` idle over a short sample."""
-    deadline = time.monotonic() + most_s
-    while time.monotonic() < deadline:
-        first = _cpu_times()
-        time.sleep(0.5)
-        second = _cpu_times()
-        total = sum(second) - sum(first)
-        if total <= 0 or (second[3] + second[4] - first[3] - first[4]) / total >= idle:
-            return
-
-
-def _cpu_times() -> list[int]:
-    return [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
 
 
 def idle_cost(root: Path) -> None:

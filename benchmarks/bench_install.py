@@ -62,8 +62,9 @@ def git(root: Path, *args: str) -> str:
                           check=True).stdout.strip()  # fmt: skip
 
 
-def checkout(workdir: Path, fleet: SimFleet, hosts: int, name: str = "checkout") -> Path:
-    """A git checkout with a tiny app, its .env for the fleet's first `hosts` hosts, discovered once."""
+def checkout(workdir: Path, fleet: SimFleet, hosts: int, name: str = "checkout", *, discover: bool = True) -> Path:
+    """A git checkout with a tiny app, its .env for the fleet's first `hosts` hosts, discovered once here
+    (unless `discover` is false: the caller runs and measures the first discovery)."""
     root = workdir / name
     (root / "app").mkdir(parents=True)
     (root / "app" / "__init__.py").write_text("")
@@ -77,9 +78,10 @@ def checkout(workdir: Path, fleet: SimFleet, hosts: int, name: str = "checkout")
     (root / ".env").write_text("\n".join([*fleet.env_lines(roles), image, install, *ENGINE_ENV]) + "\n")
     set_host_wait(workdir, 0.0)
     os.environ["DAGSTER_HOME"] = str(root / "runs" / "dagster")
-    with contextlib.redirect_stdout(io.StringIO()):
-        if deploy_hosts(["--root", str(root), "discover"]) != 0:
-            raise SystemExit("discovery failed")
+    if discover:
+        with contextlib.redirect_stdout(io.StringIO()):
+            if deploy_hosts(["--root", str(root), "discover"]) != 0:
+                raise SystemExit("discovery failed")
     with (root / ".env").open("a") as env:
         env.write(f"NARWHAL_DEPLOYMENT_REVISION={git(root, 'rev-parse', 'HEAD')}\n")
     return root

@@ -1,8 +1,9 @@
 """`python -m fleetsim start|stop --dir DIR`: the README demo's simulated fleet.
 
 `start` leaves the fleet running after it exits (sshd runs in its own session) and prints the `.env`
-lines that point the deployer at it; progress goes to stderr so `start ... > .env` works. `stop`
-removes everything recorded in DIR/fleet.json.
+lines that point the deployer at it; progress goes to stderr so `start ... > .env` works. `--hosts N` goes
+up to the fleet limit (fleetsim.network.MAX_HOSTS); `--latency-ms MS` puts a relay adding MS milliseconds
+each way in front of every host. `stop` removes everything recorded in DIR/fleet.json.
 """
 
 from __future__ import annotations
@@ -14,23 +15,24 @@ import sys
 from pathlib import Path
 
 from fleetsim.fleet import SimFleet
+from fleetsim.network import DEFAULT_CAPACITY, MAX_HOSTS
 from fleetsim.state import FleetState, teardown
 from fleetsim.system import FleetError
 
 DEMO_MODEL = "demo-model"
 
 
-def build_demo(workdir: Path, hosts: int) -> tuple[SimFleet, dict[str, str]]:
+def build_demo(workdir: Path, hosts: int, latency: float | None = None) -> tuple[SimFleet, dict[str, str]]:
     """h1: router + engine-1 (key); h2: engine-2 (password); h3: engine-3 (key, only via h1); more: key.
 
     Returns the fleet (not started) and its role -> host mapping.
     """
-    fleet = SimFleet(workdir)
+    fleet = SimFleet(workdir, capacity=max(hosts, DEFAULT_CAPACITY))
     roles = {"router": "h1"}
     for n in range(1, hosts + 1):
         name = f"h{n}"
         password = secrets.token_urlsafe(12) if n == 2 else None
-        fleet.add_host(name, password=password, via="h1" if n == 3 else None, rdma=True)
+        fleet.add_host(name, password=password, via="h1" if n == 3 else None, rdma=True, latency=latency)
         roles[f"engine-{n}"] = name
     return fleet, roles
 
@@ -43,8 +45,8 @@ def _demo_model(fleet: SimFleet) -> None:
     fleet.write_model(DEMO_MODEL, weights, config)
 
 
-def start(workdir: Path, hosts: int) -> int:
-    fleet, roles = build_demo(workdir, hosts)
+def start(workdir: Path, hosts: int, latency_ms: float | None = None) -> int:
+    fleet, roles = build_demo(workdir, hosts, None if latency_ms is None else latency_ms / 1000)
     fleet.start()
     _demo_model(fleet)
     fleet.detach()
@@ -72,18 +74,26 @@ def stop(workdir: Path) -> int:
     return 1 if problems else 0
 
 
+def _host_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_HOSTS:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of hosts from 1 to {MAX_HOSTS}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fleetsim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     start_cmd = sub.add_parser("start", help="start a demo fleet in DIR and print its .env lines")
     start_cmd.add_argument("--dir", type=Path, required=True)
-    start_cmd.add_argument("--hosts", type=int, default=3, choices=range(1, 17), metavar="N (1-16)")
+    start_cmd.add_argument("--hosts", type=_host_count, default=3, metavar=f"N (1-{MAX_HOSTS})")
+    start_cmd.add_argument("--latency-ms", type=float, default=None, metavar="MS",
+                           help="a relay in front of every host adds MS milliseconds each way")  # fmt: skip
     stop_cmd = sub.add_parser("stop", help="remove the fleet recorded in DIR/fleet.json")
     stop_cmd.add_argument("--dir", type=Path, required=True)
     args = parser.parse_args(argv)
     try:
-        return start(args.dir, args.hosts) if args.command == "start" else stop(args.dir)
-    except FleetError as exc:
+        return start(args.dir, args.hosts, args.latency_ms) if args.command == "start" else stop(args.dir)
+    except (FleetError, ValueError) as exc:
         print(f"fleetsim {args.command}: {exc}", file=sys.stderr)
         return 1
 

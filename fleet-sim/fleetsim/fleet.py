@@ -16,8 +16,11 @@ import pwd
 import re
 import secrets
 import subprocess
+import sys
 import threading
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -36,6 +39,11 @@ HOST_KEY_TYPES = ("ed25519", "ecdsa")
 SSH_PORT = 22
 TRUSTED_USER_CA = "trusted_user_ca.pub"
 INIT_SCRIPT = Path(__file__).with_name("host-init.sh")
+RELAY_SCRIPT = Path(__file__).with_name("relay.py")
+LATENCY_FILE = "latency"
+MAX_LATENCY = 5.0  # one-way seconds: more than any region or bastion a fleet sits behind
+KEYGEN_PARALLEL = max(2, os.cpu_count() or 1)
+BOOT_PARALLEL = 32  # hosts booting (host-init.sh, then sshd) at once
 _ENV_PLAIN = re.compile(r"[A-Za-z0-9_./:@%+=,-]*")
 
 
@@ -60,6 +68,7 @@ class SimHost:
     authorize_client_key: bool
     links: HostLinks = field(repr=False)
     trusted_user_ca: str | None = None  # a CA public key line: sshd accepts user certificates it signed
+    latency: float | None = None  # one-way seconds added by the host's relay (relay.py); None: no relay
 
     @property
     def alias(self) -> str:
@@ -100,10 +109,12 @@ class SimFleet:
     """Simulated hosts sharing one workdir, one address plan, one client key and one ssh config.
 
     Names of namespaces, links and users carry a random prefix, so fleets of parallel test runs never
-    collide. Subnets are claimed at construction (so host addresses are known before `start()`).
+    collide. Subnets are claimed at construction (so host addresses are known before `start()`), sized for
+    `capacity` hosts (network.plan_prefixes; at most network.MAX_HOSTS).
     """
 
-    def __init__(self, workdir: Path, *, prefix: str | None = None) -> None:
+    def __init__(self, workdir: Path, *, prefix: str | None = None, capacity: int = network.DEFAULT_CAPACITY) -> None:
+        network.plan_prefixes(capacity)  # a capacity out of range fails before anything is created
         missing = system.missing_prerequisites()
         if missing:
             raise FleetError("cannot simulate hosts here, missing: " + "; ".join(missing))
@@ -115,12 +126,14 @@ class SimFleet:
         self.hosts: dict[str, SimHost] = {}
         self.last_start_seconds: float | None = None
         self._state = FleetState(prefix=self.prefix, workdir=str(self.workdir), created_workdir=created)
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}  # host name -> its sshd
+        self._relays: dict[str, subprocess.Popen[bytes]] = {}  # host name -> its relay (hosts with a latency)
+        self._retired: list[subprocess.Popen[bytes]] = []  # stopped relays finishing their connections
         self._lock = threading.RLock()
         self._started = self._closed = self._detached = False
         atexit.register(self.close)
         try:
-            self.net = self._create_base()
+            self.net = self._create_base(capacity)
         except BaseException:
             self.close()
             raise
@@ -157,16 +170,20 @@ class SimFleet:
         via: str | None = None,
         authorize_client_key: bool | None = None,
         trusted_user_ca: str | None = None,
+        latency: float | None = None,
     ) -> SimHost:
         """Describe a host; it comes up with `start()` (or at once if the fleet is already running).
 
         A password host gets `PasswordAuthentication yes` and, unless `authorize_client_key=True`, no
         authorised key, so a test cannot pass by key when it meant to use the password. A `via` host
         has no link to the root namespace: only its bastion can reach it (ProxyJump). `trusted_user_ca`
-        (a public key line) makes sshd accept user certificates that CA signed (`TrustedUserCAKeys`).
+        (a public key line) makes sshd accept user certificates that CA signed (`TrustedUserCAKeys`). With
+        `latency` (one-way seconds, 0 allowed) the host's management address is served by a relay that delays
+        every byte that much each way (relay.py; `set_latency` changes it later); without it, by sshd itself.
         """
         with self._lock:
             self._check_new_host(name, via, image_id)
+            _check_latency(latency)
             netns = f"{self.prefix}-{name}"
             near = self.hosts[via].netns if via else None
             links = self.net.host_links(len(self.hosts), netns, near)
@@ -188,6 +205,7 @@ class SimFleet:
                 authorize_client_key=password is None if authorize_client_key is None else authorize_client_key,
                 links=links,
                 trusted_user_ca=trusted_user_ca,
+                latency=latency,
             )
             self.hosts[name] = host
             if self._started:
@@ -211,15 +229,19 @@ class SimFleet:
 
     def stop_host(self, name: str) -> None:
         """SIGTERM the sshd listener (new connections are refused); open sessions live on, as with
-        `systemctl stop ssh` on Debian."""
+        `systemctl stop ssh` on Debian. A host's relay stops listening too, and ends with its last connection."""
         with self._lock:
             proc = self._procs.pop(self.host(name).name, None)
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=10)
+            relay = self._relays.pop(name, None)
+            if relay is not None:
+                relay.terminate()
+                self._retired.append(relay)
 
     def start_host(self, name: str) -> None:
-        """Start a stopped or killed host's sshd again and wait until it answers."""
+        """Start a stopped or killed host's sshd (and relay) again and wait until it answers."""
         with self._lock:
             host = self.host(name)
             proc = self._procs.get(name)
@@ -233,9 +255,23 @@ class SimFleet:
             host = self.host(name)
             inode = system.netns_inode(host.netns)
             system.kill_host_processes({inode} if inode else set(), {pwd.getpwnam(host.user).pw_uid})
-            proc = self._procs.pop(name, None)
-            if proc is not None:
-                proc.wait(timeout=10)
+            for procs in (self._procs, self._relays):
+                proc = procs.pop(name, None)
+                if proc is not None:
+                    proc.wait(timeout=10)
+
+    def set_latency(self, name: str, seconds: float) -> None:
+        """Change a relayed host's one-way latency for the connections opened from now on."""
+        with self._lock:
+            host = self.host(name)
+            if host.latency is None:
+                raise FleetError(f"host {name!r} has no relay: add it with latency=0.0 to change its latency later")
+            _check_latency(seconds)
+            host.latency = seconds
+            _write_latency(host)
+            if name in self._state.hosts:
+                self._state.hosts[name]["latency"] = seconds
+                self._state.save()
 
     def rotate_host_key(self, name: str) -> None:
         """Replace all host keys and restart sshd, as a reinstalled machine would present itself."""
@@ -245,7 +281,7 @@ class SimFleet:
             for kind in HOST_KEY_TYPES:
                 for suffix in ("", ".pub"):
                     (host.keys_dir / f"ssh_host_{kind}_key{suffix}").unlink(missing_ok=True)
-            _wait_all(_host_key_jobs(host))
+            _generate_host_keys(host)
             if running:
                 self.stop_host(name)
                 self.start_host(name)
@@ -317,9 +353,11 @@ class SimFleet:
             self._closed = True
             atexit.unregister(self.close)
             problems = teardown(self._state)
-            for proc in self._procs.values():
+            for proc in [*self._procs.values(), *self._relays.values(), *self._retired]:
                 proc.wait(timeout=10)
             self._procs.clear()
+            self._relays.clear()
+            self._retired.clear()
             if problems:
                 raise FleetError(f"fleet {self.prefix}: teardown problems: {'; '.join(problems)}")
 
@@ -338,7 +376,7 @@ class SimFleet:
         getattr(self._state, kind).append(name)
         self._state.save()
 
-    def _create_base(self) -> FleetNetwork:
+    def _create_base(self, capacity: int) -> FleetNetwork:
         for rel, mode in (("hosts", 0o700), ("homes", 0o700), ("client", 0o700)):
             self._record("paths", rel)
             (self.workdir / rel).mkdir(mode=mode)
@@ -346,8 +384,8 @@ class SimFleet:
         system.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fleetsim-{self.prefix}",
                     "-f", str(self.client_key_path)])  # fmt: skip
         with system.network_claim_lock():
-            mgmt, fabric = network.pick_subnets(2)
-            net = FleetNetwork(self.prefix, mgmt, fabric)
+            mgmt, fabric = network.pick_networks(list(network.plan_prefixes(capacity)))
+            net = FleetNetwork(self.prefix, mgmt, fabric, capacity)
             self._record("links", net.sink)
             self._record("links", net.bridge)
             net.create_fleet_links()
@@ -370,54 +408,89 @@ class SimFleet:
             raise ValueError(f"image_id {image_id!r} is not sha256:<64 hex>")
 
     def _bring_up(self, hosts: list[SimHost]) -> None:
-        _wait_all([job for host in hosts for job in _host_key_jobs(host)])
+        """Bring `hosts` up together: their host keys are generated meanwhile (a few ssh-keygen at a time),
+        every resource is recorded in one save before any is made, and accounts, links and sshd go in batches,
+        so a large fleet costs a few processes per host and its start time grows linearly."""
         for host in hosts:
-            self._prepare_host(host)
+            host.keys_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=KEYGEN_PARALLEL, thread_name_prefix="fleetsim-keygen") as pool:
+            keys = [pool.submit(_generate_host_keys, host) for host in hosts]
+            self._record_hosts(hosts)
+            for host in hosts:
+                _write_host_files(host)
+            small = self.net.capacity <= network.DEFAULT_CAPACITY
+            accounts = [system.add_user(host.user, Path(host.remote_home), f"{USER_COMMENT} {self.prefix} {host.name}",
+                                        system=small) for host in hosts]  # fmt: skip
+            system.set_passwords({host.user: host.password for host in hosts})
+            key = self.client_key_path.with_suffix(".pub").read_text(encoding="ascii")
+            for host, account in zip(hosts, accounts, strict=True):
+                _make_home(host.home, account, key if host.authorize_client_key else "")
+            network.create_host_links([host.links for host in hosts], self.net.bridge)
+            for host in hosts:
+                self._state.hosts[host.name] = {"user": host.user, "address": host.address, "netns": host.netns,
+                                                "via": host.via, "fabric_address": host.fabric_address}  # fmt: skip
+            for job in keys:
+                job.result()
         self._write_ssh_config()
-        for host in hosts:
+        booting: deque[SimHost] = deque()
+        for host in hosts:  # at most BOOT_PARALLEL at once, so each host's deadline measures its own boot
+            if len(booting) >= BOOT_PARALLEL:
+                self._wait_ready(booting.popleft())
             self._launch(host)
-        for host in hosts:
+            booting.append(host)
+        for host in booting:
             self._wait_ready(host)
         self._state.save()
 
-    def _prepare_host(self, host: SimHost) -> None:
-        """Files, account, home and links of one host (its host keys already exist)."""
-        _write_host_files(host)
-        self._record("users", host.user)
-        account = system.add_user(host.user, Path(host.remote_home), f"{USER_COMMENT} {self.prefix} {host.name}")
-        system.set_password(host.user, host.password)
-        key = self.client_key_path.with_suffix(".pub").read_text(encoding="ascii")
-        _make_home(host.home, account, key if host.authorize_client_key else "")
-        self._record("netns", host.netns)
-        if host.links.near_netns is None:
-            self._record("links", host.links.mgmt_link)
-        self._record("links", host.links.fabric_link)
-        network.create_host_links(host.links, self.net.bridge)
-        self._state.hosts[host.name] = {"user": host.user, "address": host.address, "netns": host.netns,
-                                        "via": host.via, "fabric_address": host.fabric_address}  # fmt: skip
+    def _record_hosts(self, hosts: list[SimHost]) -> None:
+        """Note every account, namespace and root-namespace link of `hosts` in one save, before any is made
+        (teardown passes over what never came to exist)."""
+        for host in hosts:
+            self._state.users.append(host.user)
+            self._state.netns.append(host.netns)
+            if host.links.near_netns is None:
+                self._state.links.append(host.links.mgmt_link)
+            self._state.links.append(host.links.fabric_link)
+        self._state.save()
 
     def _launch(self, host: SimHost) -> None:
-        """Start sshd in the host's network namespace, under a fresh mount+UTS namespace (host-init.sh).
+        """Start sshd in the host's network namespace, under a fresh mount+UTS namespace (host-init.sh), and
+        the host's relay unless it has none or its relay still runs.
 
-        A new session keeps it alive when a detached demo's `start` command exits.
+        A relayed host's sshd listens on loopback and the fabric address; the relay takes the management
+        address. A new session keeps both alive when a detached demo's `start` command exits.
         """
+        listen = (
+            []
+            if host.latency is None
+            else ["-o", "ListenAddress=127.0.0.1", "-o", f"ListenAddress={host.fabric_address}"]
+        )
         argv = ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--uts", "--propagation", "slave",
                 "--", "/bin/sh", str(INIT_SCRIPT), host.name, str(host.hostdir),
-                str(host.keys_dir / "sshd_config"), str(host.home), host.remote_home]  # fmt: skip
-        with open(host.hostdir / "sshd.log", "ab") as log:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        self._procs[host.name] = proc
-        self._state.hosts[host.name]["pid"] = proc.pid
+                str(host.keys_dir / "sshd_config"), str(host.home), host.remote_home, *listen]  # fmt: skip
+        self._procs[host.name] = _spawn(argv, host.hostdir / "sshd.log")
+        self._state.hosts[host.name]["pid"] = self._procs[host.name].pid
+        relay = self._relays.get(host.name)
+        if host.latency is not None and (relay is None or relay.poll() is not None):
+            _write_latency(host)
+            argv = ["ip", "netns", "exec", host.netns, sys.executable, "-I", "-S", str(RELAY_SCRIPT), host.address,
+                    str(host.port), "127.0.0.1", str(host.port), str(host.hostdir / LATENCY_FILE)]  # fmt: skip
+            self._relays[host.name] = _spawn(argv, host.hostdir / "relay.log")
+            self._state.hosts[host.name]["latency"] = host.latency
 
     def _wait_ready(self, host: SimHost) -> None:
         proc = self._procs[host.name]
+        sshd = host.address if host.latency is None else "127.0.0.1"
         try:
-            system.wait_for_sshd(host.netns, host.address, host.port, alive=lambda: proc.poll() is None)
+            system.wait_for_sshd(host.netns, sshd, host.port, alive=lambda: proc.poll() is None)
+            if host.latency is not None:
+                relay = self._relays[host.name]
+                system.wait_for_listener(host.netns, host.address, host.port, alive=lambda: relay.poll() is None)
         except FleetError as exc:
-            log = (host.hostdir / "sshd.log").read_text(encoding="utf-8", errors="replace")
-            raise FleetError(f"{exc}; sshd.log:\n{log[-2000:]}") from None
+            logs = [host.hostdir / name for name in ("sshd.log", "relay.log")]
+            tails = "".join(f"; {log.name}:\n{log.read_text(encoding='utf-8', errors='replace')[-2000:]}"
+                            for log in logs if log.exists())  # fmt: skip
+            raise FleetError(f"{exc}{tails}") from None
 
     def _write_ssh_config(self) -> None:
         blocks = [f"# narwhal fleetsim {self.prefix}: aliases of the simulated hosts (removed with the fleet)\n"]
@@ -432,6 +505,26 @@ class SimFleet:
 
 
 # --- module helpers ------------------------------------------------------------------------------------
+
+
+def _spawn(argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def _check_latency(seconds: float | None) -> None:
+    if seconds is not None and not 0 <= seconds <= MAX_LATENCY:
+        raise ValueError(f"latency {seconds!r}: one-way seconds from 0 to {MAX_LATENCY}")
+
+
+def _write_latency(host: SimHost) -> None:
+    """The one-way latency the host's relay reads at each new connection (written whole, then renamed in)."""
+    path = host.hostdir / LATENCY_FILE
+    part = path.with_name(f".{LATENCY_FILE}.part")
+    part.write_text(f"{host.latency}\n", encoding="ascii")
+    os.replace(part, path)
 
 
 def _check_fresh_workdir(workdir: Path) -> None:
@@ -460,24 +553,12 @@ def _prefix_in_use(prefix: str) -> bool:
     return any(name.startswith(prefix) for name in [*netns, *links, *users])
 
 
-def _host_key_jobs(host: SimHost) -> list[subprocess.Popen[bytes]]:
-    """Start ssh-keygen for every missing host key of `host` (run concurrently across hosts)."""
-    host.keys_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    jobs = []
+def _generate_host_keys(host: SimHost) -> None:
+    """ssh-keygen for every missing host key of `host` (its keys directory exists)."""
     for kind in HOST_KEY_TYPES:
         key = host.keys_dir / f"ssh_host_{kind}_key"
         if not key.exists():
-            argv = ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", f"root@{host.name}", "-f", str(key)]
-            jobs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE))  # fmt: skip
-    return jobs
-
-
-def _wait_all(jobs: list[subprocess.Popen[bytes]]) -> None:
-    for job in jobs:
-        _, err = job.communicate(timeout=60)
-        if job.returncode != 0:
-            raise FleetError(f"`{' '.join(map(str, job.args))}` exited {job.returncode}: {err.decode().strip()}")
+            system.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", f"root@{host.name}", "-f", str(key)])
 
 
 def _write_host_files(host: SimHost) -> None:

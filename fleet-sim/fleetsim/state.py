@@ -105,10 +105,8 @@ def teardown(state: FleetState) -> list[str]:
         system.kill_host_processes(inodes, uids)
     except system.FleetError as exc:
         problems.append(str(exc))
-    for link in reversed(state.links):
-        network.delete_link(link)
-    for netns in reversed(state.netns):
-        network.delete_netns(netns)
+    network.delete_netns(state.netns[::-1])  # first: the kernel then removes their veths in one batch
+    network.delete_links(state.links[::-1])  # the sink, the bridge, and any veth still there
     for user in reversed(state.users):
         try:
             system.delete_user(user)

@@ -20,11 +20,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 SSHD = "/usr/sbin/sshd"
-REQUIRED_TOOLS = ("ip", "unshare", "useradd", "userdel", "chpasswd", "ssh-keygen", "mount", "sysctl")
+REQUIRED_TOOLS = ("ip", "unshare", "useradd", "userdel", "chpasswd", "ssh-keygen", "mount")
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
+T = TypeVar("T")
 
 
 class FleetError(RuntimeError):
@@ -79,26 +81,36 @@ def run_retrying_lock(argv: Sequence[str], *, stdin: str | None = None, seconds:
 # --- accounts -------------------------------------------------------------------------------------
 
 
-def add_user(name: str, home: Path, comment: str) -> pwd.struct_passwd:
-    """A system account with a bash login shell; its home is created by the caller under the workdir."""
+def add_user(name: str, home: Path, comment: str, *, system: bool = True) -> pwd.struct_passwd:
+    """An account with a bash login shell; its home is created by the caller under the workdir.
+
+    A system account unless `system` is false: Debian's system range (101-999) holds fewer than 900 accounts
+    for every fleet on the machine, so a large fleet takes regular ones (from UID_MIN), without the
+    subordinate ID ranges useradd would otherwise give each.
+    """
+    kind = ["--system"] if system else ["-K", "SUB_UID_COUNT=0", "-K", "SUB_GID_COUNT=0"]
     run_retrying_lock(
-        ["useradd", "--system", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash",
+        ["useradd", *kind, "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash",
          "--user-group", "--comment", comment, name]
     )  # fmt: skip
     return pwd.getpwnam(name)
 
 
-def set_password(name: str, password: str | None) -> None:
-    """Set the password through chpasswd's stdin; None stores `*` (no password, yet not a locked account).
+def set_passwords(passwords: dict[str, str | None]) -> None:
+    """Set each account's password through chpasswd's stdin, one call for all; None stores `*` (no password,
+    yet not a locked account).
 
     Without PAM, sshd refuses even key logins to an account whose hash starts with `!` (useradd's default).
     """
-    if password is None:
-        run_retrying_lock(["chpasswd", "--encrypted"], stdin=f"{name}:*\n")
-    else:
-        if any(c in password for c in "\n\r\0"):
+    for name, password in passwords.items():
+        if password is not None and any(c in password for c in "\n\r\0"):
             raise FleetError(f"password for {name}: line breaks and NUL cannot be passed to chpasswd")
-        run_retrying_lock(["chpasswd"], stdin=f"{name}:{password}\n")
+    none = "".join(f"{name}:*\n" for name, password in passwords.items() if password is None)
+    plain = "".join(f"{name}:{password}\n" for name, password in passwords.items() if password is not None)
+    if none:
+        run_retrying_lock(["chpasswd", "--encrypted"], stdin=none)
+    if plain:
+        run_retrying_lock(["chpasswd"], stdin=plain)
 
 
 def delete_user(name: str) -> None:
@@ -124,30 +136,41 @@ def _setns(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def netns_socket(netns: str) -> socket.socket:
-    """A TCP socket that lives in `netns`; a short-lived helper thread switches namespace, never this one.
+def in_netns(netns: str, action: Callable[[], T]) -> T:
+    """`action()` run inside `netns` by a short-lived helper thread, which switches namespace, never this one.
 
-    A socket stays in the namespace it was created in, so the caller can connect from any thread.
+    What it creates keeps the namespace it was made in: a socket stays there, so the caller can connect
+    from any thread, and a file under /proc/sys/net opened there is that namespace's setting.
     """
-    box: list[socket.socket | BaseException] = []
+    box: list[T | BaseException] = []
 
-    def create() -> None:
+    def switch_and_run() -> None:
         try:
             with open("/proc/thread-self/ns/net", "rb") as own, open(f"/run/netns/{netns}", "rb") as target:
                 _setns(target.fileno())
                 try:
-                    box.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                    box.append(action())
                 finally:
                     _setns(own.fileno())
         except BaseException as exc:
             box.append(exc)
 
-    thread = threading.Thread(target=create, name=f"netns-{netns}", daemon=True)
+    thread = threading.Thread(target=switch_and_run, name=f"netns-{netns}", daemon=True)
     thread.start()
     thread.join()
     if isinstance(box[0], BaseException):
         raise box[0]
     return box[0]
+
+
+def netns_socket(netns: str) -> socket.socket:
+    """A TCP socket that lives in `netns`."""
+    return in_netns(netns, lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+
+
+def netns_sysctl(netns: str, path: str, value: str) -> None:
+    """Write `value` to /proc/sys/`path` of `netns` (no `ip netns exec sysctl` process per host)."""
+    in_netns(netns, lambda: Path("/proc/sys", path).write_text(value + "\n", encoding="ascii"))
 
 
 def ssh_banner(netns: str, address: str, port: int, timeout: float = 0.5) -> bytes | None:
@@ -164,14 +187,38 @@ def ssh_banner(netns: str, address: str, port: int, timeout: float = 0.5) -> byt
     return banner if banner.startswith(b"SSH-") else None
 
 
+def accepts(netns: str, address: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether something in `netns` accepts TCP connections on address:port."""
+    sock = netns_socket(netns)
+    try:
+        sock.settimeout(timeout)
+        sock.connect((address, port))
+    except OSError:
+        return False
+    finally:
+        sock.close()
+    return True
+
+
 def wait_for_sshd(netns: str, address: str, port: int, alive: Callable[[], bool], seconds: float = 10.0) -> None:
     """Poll until sshd in `netns` answers with a banner; fail fast if its process exits."""
+    _wait_until(lambda: ssh_banner(netns, address, port) is not None, alive, f"sshd in {netns}", address, port, seconds)
+
+
+def wait_for_listener(netns: str, address: str, port: int, alive: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Poll until a relay in `netns` accepts connections (its banner would take the relay's latency to come)."""
+    _wait_until(lambda: accepts(netns, address, port), alive, f"the relay in {netns}", address, port, seconds)
+
+
+def _wait_until(
+    ready: Callable[[], bool], alive: Callable[[], bool], what: str, address: str, port: int, seconds: float
+) -> None:
     deadline = time.monotonic() + seconds
-    while ssh_banner(netns, address, port) is None:
+    while not ready():
         if not alive():
-            raise FleetError(f"sshd in {netns} exited before accepting connections")
+            raise FleetError(f"{what} exited before accepting connections")
         if time.monotonic() > deadline:
-            raise FleetError(f"sshd in {netns} did not accept connections on {address}:{port} in {seconds}s")
+            raise FleetError(f"{what} did not accept connections on {address}:{port} in {seconds}s")
         time.sleep(0.02)
 
 

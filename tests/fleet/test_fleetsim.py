@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetsim import FleetError, SimFleet, fake_docker, fake_nvidia_smi, hardware
+from fleetsim import FleetError, SimFleet, fake_docker, fake_nvidia_smi, hardware, network
 from fleetsim import fleet as fleet_module
 from fleetsim.client import FleetSsh
 from fleetsim.state import FleetState
@@ -136,6 +136,86 @@ def test_host_behind_bastion_is_reachable_only_through_it(demo: SimFleet, demo_s
         direct.settimeout(1)
         direct.connect((h3.address, 22))
     assert demo_ssh.run("h3", "true", "-o", "ProxyJump=none", "-o", "ConnectTimeout=2").returncode == 255
+
+
+@pytest.mark.fleet
+def test_a_fleet_past_one_24_reaches_every_host_and_drops_the_rest(tmp_path: Path) -> None:
+    """65 hosts: the last one's management /30 lies past the block's first /24, the fabric is a /23."""
+    with SimFleet(tmp_path / "fleet", capacity=250) as fleet:
+        assert (fleet.net.mgmt.prefixlen, fleet.net.fabric.prefixlen) == (22, 23)
+        assert fleet.net.mgmt.subnet_of(FLEET_SPACE) and fleet.net.fabric.subnet_of(FLEET_SPACE)
+        hosts = [fleet.add_host(f"h{n}", gpus=1) for n in range(1, 66)]
+        assert ipaddress.ip_address(hosts[-1].address) not in next(fleet.net.mgmt.subnets(new_prefix=24))
+        fleet.start()
+        print(f"\n65-host fleet {fleet.prefix} started in {fleet.last_start_seconds:.2f}s")
+        ssh = make_fleet_ssh(fleet, tmp_path)
+        results = ssh.run_all([(h.alias, "hostname; ip -o -4 addr show fab0") for h in hosts])
+        for host, result in zip(hosts, results, strict=True):
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.splitlines()[0] == host.name
+            assert f"inet {host.fabric_address}/23" in result.stdout
+        assert len({h.address for h in hosts} | {h.fabric_address for h in hosts}) == 130
+        reach = f"timeout 3 bash -c 'exec 3<>/dev/tcp/{hosts[0].fabric_address}/22 && head -c 7 <&3'"
+        assert ssh.run("h65", reach).stdout == "SSH-2.0"
+        # An address of the fleet's blocks with no host behind it goes to the sink, not the default route.
+        for unused in (fleet.net.mgmt[-6], fleet.net.fabric[-2]):
+            route = subprocess.run(["ip", "-4", "route", "get", str(unused)], capture_output=True, text=True).stdout
+            assert f"dev {fleet.net.sink} " in route, route
+        for n in range(66, 251):
+            fleet.net.host_links(n - 1, f"{fleet.prefix}-x{n}", None)
+        with pytest.raises(FleetError, match="at most 250 hosts"):
+            fleet.net.host_links(250, f"{fleet.prefix}-x251", None)
+        users = [h.user for h in hosts]
+        uids = {pwd.getpwnam(u).pw_uid for u in users}
+    assert_no_trace(fleet.prefix, fleet.workdir, users, uids)
+
+
+@pytest.mark.fleet
+def test_a_relayed_host_answers_after_its_latency_each_way(sim_fleet_factory: Factory, make_ssh: MakeSsh) -> None:
+    fleet = sim_fleet_factory()
+    slow = fleet.add_host("h1", latency=0.1)
+    fleet.add_host("h2")
+    fleet.start()
+    ssh = make_ssh(fleet)
+    result = ssh.run("h1", "echo $USER; hostname")
+    assert (result.returncode, result.stdout) == (0, f"{slow.user}\nh1\n"), result.stderr
+    # The banner comes after the handshake's 1.5 round trips and one more way; each later exchange, a round trip.
+    banner, exchange = banner_and_exchange(slow.address)
+    assert banner >= 0.4 and exchange >= 0.2
+    fleet.set_latency("h1", 0.25)
+    banner, exchange = banner_and_exchange(slow.address)
+    assert banner >= 1.0 and exchange >= 0.5
+    fleet.set_latency("h1", 0.0)
+    with pytest.raises(FleetError, match="no relay"):
+        fleet.set_latency("h2", 0.1)
+    with pytest.raises(ValueError, match="latency"):
+        fleet.set_latency("h1", -1)
+    # Stopped, the relay refuses as sshd would; killed, the host takes its relay along; both come back.
+    fleet.stop_host("h1")
+    refused = ssh.run("h1", "true", "-o", "ConnectTimeout=2")
+    assert refused.returncode == 255 and "Connection refused" in refused.stderr
+    fleet.start_host("h1")
+    fleet.kill_sshd("h1")
+    assert "Connection refused" in ssh.run("h1", "true", "-o", "ConnectTimeout=2").stderr
+    fleet.start_host("h1")
+    assert ssh.run("h1", "hostname").stdout == "h1\n"
+    fleet.close()
+
+
+def banner_and_exchange(address: str) -> tuple[float, float]:
+    """Seconds from connect to sshd's banner, and from sending ours to its next bytes (its key exchange)."""
+    began = time.monotonic()  # before connecting and before sending: the relay cannot start its clock earlier
+    with socket.create_connection((address, 22), timeout=10) as sock:
+        assert sock.recv(64).startswith(b"SSH-2.0-")
+        banner = time.monotonic() - began
+        began = time.monotonic()
+        sock.sendall(b"SSH-2.0-fleetsim_test\r\n")
+        assert sock.recv(64)
+        return banner, time.monotonic() - began
+
+
+def make_fleet_ssh(fleet: SimFleet, directory: Path) -> FleetSsh:
+    return FleetSsh.create(fleet.ssh_config_path, directory, fleet.prefix)
 
 
 # --- fake hardware -------------------------------------------------------------------------------------
@@ -331,6 +411,48 @@ def test_stop_refuses_a_state_file_naming_foreign_resources(tmp_path: Path) -> N
     state.save()
     with pytest.raises(FleetError, match=r"user 'root'.*netns 'other'|netns 'other'.*user 'root'"):
         FleetState.load(tmp_path)
+
+
+# --- the address plan without a fleet -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("capacity", "prefixes"),
+    [(1, (24, 24)), (60, (24, 24)), (63, (24, 24)), (64, (23, 24)), (245, (22, 24)), (246, (22, 23)),
+     (250, (22, 23)), (1000, (20, 22))],
+)  # fmt: skip
+def test_blocks_are_sized_for_the_fleet(capacity: int, prefixes: tuple[int, int]) -> None:
+    assert network.plan_prefixes(capacity) == prefixes
+
+
+def test_every_host_of_the_largest_fleet_has_its_own_addresses_and_short_names() -> None:
+    mgmt, fabric = (ipaddress.ip_network(n) for n in ("198.18.16.0/20", "198.19.0.0/22"))
+    net = network.FleetNetwork("nwabcdef", mgmt, fabric, network.MAX_HOSTS)
+    links = [net.host_links(i, f"nwabcdef-h{i}", None) for i in range(network.MAX_HOSTS)]
+    blocks = {ipaddress.ip_network(link.host_ip, strict=False) for link in links}
+    assert len(blocks) == network.MAX_HOSTS and all(b.prefixlen == 30 and b.subnet_of(mgmt) for b in blocks)
+    assert all(link.near_ip.network == link.host_ip.network for link in links)
+    gateway = ipaddress.ip_network(f"{mgmt[-2]}/30", strict=False)
+    assert gateway not in blocks
+    fabric_ips = {link.fabric_ip.ip for link in links}
+    assert len(fabric_ips) == network.MAX_HOSTS and max(fabric_ips) < fabric.broadcast_address
+    assert all(link.fabric_ip.network == fabric for link in links)
+    assert max(len(name) for link in links for name in (link.mgmt_link, link.fabric_link)) <= 15
+    for too_many in (0, network.MAX_HOSTS + 1):
+        with pytest.raises(FleetError, match="1 to 1000 hosts"):
+            network.plan_prefixes(too_many)
+    with pytest.raises(FleetError, match="cannot hold"):
+        network.FleetNetwork("nwabcdef", ipaddress.ip_network("198.18.0.0/24"), fabric, 64)
+
+
+def test_blocks_are_picked_aligned_and_apart_from_what_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only 198.18.4.0/22 and 198.18.9.0/24 are free: the /22 goes to management, the /24 to the fabric."""
+    used = [n for n in FLEET_SPACE.subnets(new_prefix=24) if not (n.subnet_of(ipaddress.ip_network("198.18.4.0/22"))
+                                                                  or str(n) == "198.18.9.0/24")]  # fmt: skip
+    monkeypatch.setattr(network, "used_networks", lambda: list(used))
+    assert [str(n) for n in network.pick_networks([22, 24])] == ["198.18.4.0/22", "198.18.9.0/24"]
+    with pytest.raises(FleetError, match="no unused /23"):
+        network.pick_networks([22, 23])
 
 
 # --- fake tool formats without a fleet -----------------------------------------------------------------
