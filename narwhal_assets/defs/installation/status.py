@@ -3,7 +3,7 @@
 `status` records, per reachable host, a runless `AssetObservation` on the host's partition (live deployment,
 its revision and state, a table of every directory there), so the UI shows each host's live revision beside
 its last materialization. `live_matches_installed` compares the two per partition (the rule is
-`core.live_deployments.drifting`) and fails naming each drifting host, with a table of revisions per host;
+`core.deployment.live.drifting`) and fails naming each drifting host, with a table of revisions per host;
 `status` reports its evaluation runless too, so it needs no run.
 """
 
