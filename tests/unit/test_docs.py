@@ -103,7 +103,7 @@ def is_about_something_else(path: str) -> bool:
     """Paths on hosts, in run directories, of git or Dagster: named in the docs, not files of this repository."""
     first = path.split("/", 1)[0]
     return (
-        path.startswith(("/", "~", "$", "-", "<", "narwhal/", "refs/", "./", "../."))
+        path.startswith(("/", "~", "$", "-", "<", "./", "narwhal/", "refs/"))
         or first.isupper()
         or first in ELSEWHERE
     )
