@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import dagster as dg
 
@@ -38,10 +40,11 @@ DISCOVERY_ASSETS = [host_inventory, host_discovery, discovered_config]
 # Every asset says who owns it and links to its code (the UI's "Source" link): set here once for all of them.
 with warnings.catch_warnings():  # code references are Dagster's beta API; a warning on every load is noise
     warnings.simplefilter("ignore", dg.BetaWarning)
-    ALL_ASSETS = dg.with_source_code_references(dg.map_asset_specs(
+    # It returns the assets it was given, typed as every kind of definition it accepts.
+    ALL_ASSETS = cast("Sequence[dg.AssetsDefinition]", dg.with_source_code_references(dg.map_asset_specs(
         lambda spec: spec.replace_attributes(owners=OWNERS),
         [*DISCOVERY_ASSETS, prepare_deployment, host_installation],
-    ))  # fmt: skip
+    )))  # fmt: skip
 ALL_CHECKS: list[dg.AssetChecksDefinition] = [
     known_hosts_cover_inventory,
     checkpoint_replicas_agree,

@@ -79,7 +79,7 @@ def trust(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check = sub.add_parser("check-access", help="one strict SSH connection per physical host")
     add_selection(check)
     check.add_argument("--timeout", type=seconds, default=10.0, help="connect and command timeout (s, default 10)")

@@ -108,7 +108,8 @@ def _print_table(statuses: list[HostStatus]) -> None:
             print(f"{s.host_id:<10} {','.join(s.roles):<18} unreachable: {s.error}")
             continue
         live = s.live
-        print(f"{s.host_id:<10} {','.join(s.roles):<18} {_short(s.current):<12} {_short(live and live.revision):<12} "
+        revision = live.revision if live else None
+        print(f"{s.host_id:<10} {','.join(s.roles):<18} {_short(s.current):<12} {_short(revision):<12} "
               f"{(live.state if live else 'none'):<10} {(live.check if live else '-'):<9} {len(s.deployments)}")
         for d in s.deployments:
             mark = " (current)" if d.name == s.current else ""
@@ -176,7 +177,7 @@ def _prune(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     st = sub.add_parser("status", help="which deployment each selected host runs (read-only)", description=__doc__)
     add_selection(st)
     st.add_argument("--json", action="store_true", help="one JSON document instead of the table")

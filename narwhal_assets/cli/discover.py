@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     help_text = "inspect every host and regenerate the discovered config set (the discovery_job)"
     parser = sub.add_parser(COMMAND, help=help_text, description=help_text)
     parser.add_argument("--full-hash", action="store_true", help="re-hash every checkpoint file")

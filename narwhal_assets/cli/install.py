@@ -138,7 +138,7 @@ def report(command: str, run_dir: Path, selected: list[HostEntry], progress: Pro
               file=sys.stderr)  # fmt: skip
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("install", help="install a prepared run on the selected hosts: stage all, then activate",
                             description=__doc__)  # fmt: skip
     add_run_arguments(parser)

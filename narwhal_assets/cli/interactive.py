@@ -8,7 +8,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from narwhal_assets.core.deployment.manifest import REMOTE_BASE
 from narwhal_assets.core.errors import InputError
@@ -106,11 +106,10 @@ def build(args: argparse.Namespace) -> OpenSshCommand:
     )
 
 
-def exec_openssh(command: OpenSshCommand) -> int:
+def exec_openssh(command: OpenSshCommand) -> NoReturn:
     """Replace this process with OpenSSH, so the terminal, signals and exit status are its own."""
     command.prepare_password_pipe()
     os.execvp(command.argv[0], command.argv)
-    return 127  # pragma: no cover - execvp does not return
 
 
 def shell(args: argparse.Namespace) -> int:
@@ -122,7 +121,7 @@ def tunnel(args: argparse.Namespace) -> int:
     return exec_openssh(build(args))
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sh = sub.add_parser("shell", help="interactive shell on the host owning --role (with --run or --current: in "
                         "its role environment)")  # fmt: skip
     sh.add_argument("--role", required=True, metavar="ROLE", help="router or engine-<n>: the host owning it")

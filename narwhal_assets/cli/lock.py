@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("lock", help="each host's deploy lease: who holds it; --release it", description=__doc__)
     add_selection(parser)
     parser.add_argument("--release", action="store_true",

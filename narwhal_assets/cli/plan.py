@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     help_text = "validate the host inventory and print each host with its roles (writes nothing)"
     parser = sub.add_parser("plan", help=help_text, description=help_text)
     parser.set_defaults(func=run)

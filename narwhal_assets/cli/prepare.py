@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from narwhal_assets.defs.names import PREPARE_JOB
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else 0
 
 
-def _metadata(result: dg.ExecuteInProcessResult) -> dict[dg.AssetKey, dict[str, object]]:
+def _metadata(result: dg.ExecuteInProcessResult) -> dict[dg.AssetKey, dict[str, Any]]:
     from narwhal_assets.defs.deployment.assets import OP_NAME
 
     return {
@@ -53,7 +53,7 @@ def _metadata(result: dg.ExecuteInProcessResult) -> dict[dg.AssetKey, dict[str, 
     }
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     help_text = "write one verified deployment directory from the discovered config set (the prepare_job)"
     parser = sub.add_parser(COMMAND, help=help_text, description=help_text)
     parser.add_argument("--out", metavar="DIR", help="a new directory (default: new under runs/deployment-env/)")

@@ -87,10 +87,11 @@ def _address(result: dict[str, Any]) -> str:
 
 def _config(args: argparse.Namespace) -> Path | None:
     """`--ssh-config`, else the checkout's (NARWHAL_SSH_CONFIG) when run in one, else OpenSSH's own files."""
-    if args.ssh_config is not None:
-        if not args.ssh_config.is_file():
-            raise InputError([f"--ssh-config: {args.ssh_config} is not a file"])
-        return args.ssh_config.absolute()
+    given: Path | None = args.ssh_config
+    if given is not None:
+        if not given.is_file():
+            raise InputError([f"--ssh-config: {given} is not a file"])
+        return given.absolute()
     from narwhal_assets.core.inputs.settings import DEPLOYMENT_ENV, DOTENV, Settings
 
     if any((args.root / name).is_file() for name in (DOTENV, DEPLOYMENT_ENV)):
@@ -98,7 +99,7 @@ def _config(args: argparse.Namespace) -> Path | None:
     return None
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("resolve", help="where each destination connects: host, port, user, keys, route, "
                             "host-key name, as OpenSSH resolves it")  # fmt: skip
     parser.add_argument("--ssh-config", type=Path, metavar="FILE", help="OpenSSH client config (default: the "

@@ -198,7 +198,7 @@ def _live_member(stat: Path, group: int) -> bool:
     return fields[0] != "Z" and int(fields[2]) == group
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(COMMAND, help="the Dagster UI and daemon on this checkout's instance (Ctrl-C stops both)",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import dagster as dg
 
 from narwhal_assets.core.discovery.watch import host_diff
@@ -26,7 +28,7 @@ RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
-def partition_span(order: list[str], host_ids: list[str]) -> tuple[dict[str, str], list[str]]:
+def partition_span(order: Sequence[str], host_ids: list[str]) -> tuple[dict[str, str], list[str]]:
     """The run tags for one run over `host_ids` (each a partition, `order` the partitions' order), and the
     hosts to name in the run's config: none when they are one contiguous range of the partitions (the whole
     fleet, one host), else exactly them (the range then spans hosts the run leaves alone, observed as such)."""
@@ -36,7 +38,7 @@ def partition_span(order: list[str], host_ids: list[str]) -> tuple[dict[str, str
     return tags, [] if contiguous else sorted(host_ids)
 
 
-def partition_requests(current: list[str], host_ids: list[str]) -> list[dg.DynamicPartitionsRequest]:
+def partition_requests(current: Sequence[str], host_ids: list[str]) -> list[dg.DynamicPartitionsRequest]:
     """The same change as the requests a sensor returns (`SensorResult(dynamic_partitions_requests=...)`)."""
     diff = host_diff(current, host_ids)
     requests: list[dg.DynamicPartitionsRequest] = []

@@ -19,7 +19,7 @@ def default_root() -> str:
     return os.environ.get(ROOT_ENV) or os.getcwd()
 
 
-class ManagementCheckout(dg.ConfigurableResource):
+class ManagementCheckout(dg.ConfigurableResource):  # type: ignore[type-arg]  # Dagster's form: the bare class
     """Where the management checkout is; it is opened fresh (settings, inventory) for every run."""
 
     root: str = ""
@@ -32,7 +32,7 @@ class ManagementCheckout(dg.ConfigurableResource):
         return Checkout.open(self.path)
 
 
-class SshSettings(dg.ConfigurableResource):
+class SshSettings(dg.ConfigurableResource):  # type: ignore[type-arg]  # Dagster's form: the bare class
     """The paramiko transport as a resource: timeouts here, trust store and ssh config from the checkout."""
 
     connect_timeout_s: float = 10.0

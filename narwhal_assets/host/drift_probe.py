@@ -154,7 +154,9 @@ def build_document(params: dict[str, Any]) -> dict[str, Any]:
     document["machine_id"] = machine_id()
     try:
         dirs = {os.path.realpath(root): root for root in sorted(params["models"].values())}
-        jobs = {"tool:" + name: (run, [str(a) for a in argv]) for name, argv in params["commands"].items()}
+        jobs: dict[str, tuple[Callable[[Any], Any], Any]] = {
+            "tool:" + name: (run, [str(a) for a in argv]) for name, argv in params["commands"].items()
+        }
         jobs.update({"dir:" + real: (model, root) for real, root in dirs.items()})
         results = in_parallel(jobs)
         document["tools"] = {name: results["tool:" + name] for name in sorted(params["commands"])}

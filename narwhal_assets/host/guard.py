@@ -10,7 +10,8 @@ with SIGKILL when any of these happens first:
 - LIMIT_S seconds pass (a backstop for a link that was cut, where no close ever arrives): exit 124,
 - the guard receives SIGTERM, SIGHUP or SIGINT.
 
-Standard library only, Python 3.8+, ASCII source; it never reads stdin (the command inherits it).
+Standard library only, Python 3.8+, ASCII source; it never reads stdin (the command inherits it). Run with
+`-c`, it has no `from __future__` import: annotations that Python 3.8 cannot evaluate are quoted.
 """
 
 import contextlib
@@ -25,18 +26,18 @@ CHANNEL_GONE = 129  # as if hung up: nobody reads this status any more
 GONE = select.POLLERR | select.POLLHUP
 
 
-def _status(raw):
+def _status(raw: int) -> int:
     if os.WIFEXITED(raw):
         return os.WEXITSTATUS(raw)
     return 128 + os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else 1
 
 
-def _kill_group(pgid):
+def _kill_group(pgid: int) -> None:
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _start(argv):
+def _start(argv: "list[str]") -> int:
     """Fork and exec argv as the leader of a new process group (set on both sides: no race with a kill)."""
     pid = os.fork()
     if pid == 0:
@@ -52,18 +53,18 @@ def _start(argv):
     return pid
 
 
-def _say(text):
+def _say(text: str) -> None:
     with contextlib.suppress(OSError):
         sys.stderr.write(text)
         sys.stderr.flush()
 
 
-def guard(limit, argv):
+def guard(limit: float, argv: "list[str]") -> int:
     """Run argv in its own process group; return its exit status (124 when the limit passed)."""
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
-    stop = []
+    stop: list[int] = []
     for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(number, lambda signum, frame: stop.append(signum))
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)

@@ -75,6 +75,10 @@ import subprocess
 import sys
 import time
 
+TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing` on the host
+if TYPE_CHECKING:  # annotations only: hosts may run Python 3.8
+    from typing import Any
+
 # In the package the lease is its own module; on a host its source follows this one in the same program.
 with contextlib.suppress(ImportError):
     from narwhal_assets.host.lease import HostLease, LeaseRefused, flock_within
@@ -131,7 +135,7 @@ class _Stop(BaseException):
 
 
 class Installer:
-    def __init__(self, params: dict) -> None:
+    def __init__(self, params: dict[str, Any]) -> None:
         self.params = params
         self.home = os.path.expanduser("~")
         self.base = os.path.join(self.home, params.get("remote_base") or params["remote_dir"])
@@ -139,15 +143,15 @@ class Installer:
         self.top = self.base if params.get("remote_base") else os.path.dirname(self.base)
         self.revision = params.get("revision", "")
         self.files = params.get("files", [])
-        self.detail: dict = {}
-        self.steps: list = []
-        self.states: dict = {}
+        self.detail: dict[str, Any] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.states: dict[str, Any] = {}
         self.verified = 0
         self.received = 0
         self.bytes_received = 0
-        self.lock_owner: dict | None = None  # the owner record of the lock this installer holds
-        self.notes: list = []  # what the report says besides its outcome (a stale lock taken over)
-        self.temps: list = []
+        self.lock_owner: dict[str, Any] | None = None  # the owner record of the lock this installer holds
+        self.notes: list[str] = []  # what the report says besides its outcome (a stale lock taken over)
+        self.temps: list[str] = []
         self.budget = float(params.get("budget_s", ACTION_BUDGET_S))
         self.deadline = time.monotonic() + self.budget
         lease = params.get("lease")
@@ -191,8 +195,8 @@ class Installer:
     def path(self, *parts: str) -> str:
         return os.path.join(self.base, *parts)
 
-    def run(self, argv: list, gate: str, cwd: str, env: dict | None = None, timeout: float = GIT_TIMEOUT_S,
-            quiet: bool = False) -> str:  # fmt: skip
+    def run(self, argv: list[str], gate: str, cwd: str, env: dict[str, str] | None = None,
+            timeout: float = GIT_TIMEOUT_S, quiet: bool = False) -> str:  # fmt: skip
         """Run one command, record it as a step (argv, exit status, bounded output); fail `gate` on non-zero.
         A `quiet` step (a read-only listing the installer parses itself) records its output only when it fails:
         a verified checkout's file list is not host output worth a report's or a log's bytes.
@@ -237,7 +241,7 @@ class Installer:
 
     # ----------------------------------------------------------------- files
 
-    def file_state(self, entry: dict) -> str:
+    def file_state(self, entry: dict[str, Any]) -> str:
         """`present` (regular, right hash) or `missing`; anything else fails the `verify file` gate."""
         where = self.path(entry["name"])
         if not os.path.lexists(where):
@@ -306,7 +310,7 @@ class Installer:
             os.unlink(temp)
             self.temps.remove(temp)
 
-    def verify_placed(self, entry: dict, gate: str) -> None:
+    def verify_placed(self, entry: dict[str, Any], gate: str) -> None:
         target = os.path.join(self.path(CHECKOUT), entry["install_to"])
         shown = f"{CHECKOUT}/{entry['install_to']}"
         _real_dirs(self.path(CHECKOUT), os.path.dirname(target), gate, CHECKOUT)
@@ -360,7 +364,7 @@ class Installer:
             if mode != "160000" and _blob_id(checkout, path, mode, len(oid)) != oid:
                 raise GateFailure("checkout", DIFFER)
 
-    def environment(self) -> dict:
+    def environment(self) -> dict[str, str]:
         venv = self.path(CHECKOUT, VENV)
         env = dict(os.environ)
         env["VIRTUAL_ENV"] = venv
@@ -495,7 +499,7 @@ class Installer:
                     raise GateFailure("lock", f"{LOCK} is held by {_describe_owner(_read_owner(where))}")
             self.remove_lock_leftovers()
 
-    def make_lock(self, where: str, mine: dict) -> bool:
+    def make_lock(self, where: str, mine: dict[str, Any]) -> bool:
         """Make the lock complete or not at all; False when `where` exists. A directory of this installer's
         own (`.install-lock.new-<token>`) gets the owner record, flushed to disk, then is renamed to
         `.install-lock`: a kill at any point leaves either no lock or a complete one (and maybe that
@@ -570,7 +574,7 @@ class Installer:
         of them is a lock or will become one. A stale lock renamed away by a taker killed before it finished
         still has its dead owner's leftovers removed first. Only real directories holding nothing but regular
         files are deleted (no symlink followed); anything else is left as it is."""
-        names: list = []
+        names: list[str] = []
         with contextlib.suppress(OSError), os.scandir(self.base) as entries:
             names = [e.name for e in itertools.islice(entries, ENTRY_LIMIT) if _lock_leftover(e.name)]
         for name in names:
@@ -582,7 +586,7 @@ class Installer:
             self.notes.append(f"removed {removed} lock director{'y' if removed == 1 else 'ies'} left by killed "
                               "installers")  # fmt: skip
 
-    def discard_leftovers(self, owner: dict) -> None:
+    def discard_leftovers(self, owner: dict[str, Any]) -> None:
         """Remove what the dead owner of a stale lock left half-made: names ending in `.part-<its pid>`, only
         in directories reached from the deployment directory without a symlink."""
         pid = owner.get("pid")
@@ -681,11 +685,11 @@ class Installer:
         self.detail["deployments"].sort(key=lambda d: d["name"])
         return "listed"
 
-    def describe(self, name: str, known: dict | None) -> dict:
+    def describe(self, name: str, known: dict[str, Any] | None) -> dict[str, Any]:
         """One entry of the base directory; a foreign name or a non-directory is never read."""
         where = os.path.join(self.top, name)
-        found = {"name": name[:64], "state": "foreign", "revision": None, "file_set": None, "installed_at": None,
-                 "check": "unknown", "problem": None}  # fmt: skip
+        found: dict[str, Any] = {"name": name[:64], "state": "foreign", "revision": None, "file_set": None,
+                                 "installed_at": None, "check": "unknown", "problem": None}  # fmt: skip
         if not _deployment_id(name) or not _is_real_dir(where):
             return found
         known = known or {}
@@ -771,7 +775,7 @@ class Installer:
 DIFFER = f"{CHECKOUT}: tracked files differ from the revision (left as they are)"
 
 
-def files_sha256(files: list) -> str:
+def files_sha256(files: list[Any]) -> str:
     """The file list's digest as `.installed-files` holds it (the workstation computes the same)."""
     text = json.dumps(files, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
@@ -792,7 +796,7 @@ def _current_target(top: str) -> str | None:
     return target if _deployment_id(target) else ""
 
 
-def _show(argv: list) -> str:
+def _show(argv: list[str]) -> str:
     return " ".join(str(a) for a in argv)[:200]
 
 
@@ -800,7 +804,7 @@ def _printable_path(path: str) -> str:
     return "".join(c if c.isprintable() and c.isascii() else "?" for c in path)[:200]
 
 
-def _git_env() -> dict:
+def _git_env() -> dict[str, str]:
     """The environment git runs in: no inherited GIT_* variable, no system or global configuration (HOME
     and XDG_CONFIG_HOME name no directory, for a git older than GIT_CONFIG_GLOBAL)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
@@ -808,7 +812,7 @@ def _git_env() -> dict:
     return env
 
 
-def _git_entries(text: str, tagged: bool) -> dict:
+def _git_entries(text: str, tagged: bool) -> dict[str, list[str]]:
     """`git ls-tree -r -z` (`mode type oid\\tpath`) or `git ls-files -s -v -z` (`tag mode oid stage\\tpath`) as
     path -> [tag, mode, oid]; a conflict stage (not 0) is a difference."""
     entries = {}
@@ -890,7 +894,7 @@ def _is_regular(path: str) -> bool:
         return False
 
 
-def _open_regular(path: str, shown: str, gate: str) -> tuple:
+def _open_regular(path: str, shown: str, gate: str) -> tuple[int, os.stat_result]:
     """An fd open for reading on `path`, which must be a regular file: opened without following a symlink
     and without blocking (a FIFO would otherwise wait for a writer), then checked by `fstat`."""
     try:
@@ -979,7 +983,7 @@ def _make_dirs(path: str, top: str, gate: str, shown_top: str = "") -> None:
                 raise GateFailure(gate, f"{shown} is {_kind(info)} (left as it is)") from None
 
 
-def _stop_tree(proc: subprocess.Popen) -> bytes:
+def _stop_tree(proc: subprocess.Popen[bytes]) -> bytes:
     """Kill a command that ran out of time and every process it started (they hold its output pipe), then
     collect what it printed; a process that escaped (a new session) cannot keep this program waiting."""
     for pid in [*_descendants(proc.pid), proc.pid]:
@@ -994,7 +998,7 @@ def _stop_tree(proc: subprocess.Popen) -> bytes:
     return out or b""
 
 
-def _descendants(root: int) -> list:
+def _descendants(root: int) -> list[int]:
     """Every process below `root` (from /proc: each process's parent id)."""
     parents = {}
     for name in os.listdir("/proc"):
@@ -1034,7 +1038,7 @@ def start_ticks(pid: int) -> str:
     return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else ""
 
 
-def _read_owner(lock_dir: str) -> dict | None:
+def _read_owner(lock_dir: str) -> dict[str, Any] | None:
     """The lock's owner record; None when the lock is not a real directory or the record is not a regular
     file holding a JSON object (a FIFO is never waited on)."""
     if not _is_real_dir(lock_dir):
@@ -1047,7 +1051,7 @@ def _read_owner(lock_dir: str) -> dict | None:
     return owner if isinstance(owner, dict) else None
 
 
-def _judge_lock(where: str) -> tuple:
+def _judge_lock(where: str) -> tuple[str, dict[str, Any] | None, str]:
     """What the lock at `where` is: ("absent", None, ""), ("held", owner or None, why) or ("stale", owner or
     None, why). Held: its owner process runs, or it has no readable owner record and changed less than
     OWNERLESS_STALE_S ago in this boot, or it is a symlink or not a directory (left as it is, never read).
@@ -1135,7 +1139,7 @@ def boot_time() -> float:
     return 0.0
 
 
-def _process_alive(owner: dict | None) -> bool:
+def _process_alive(owner: dict[str, Any] | None) -> bool:
     """Whether the lock's owner still runs: same boot, and its pid is the same process (start time matches).
 
     No owner record (None), or one without a pid, holds: `_judge_lock` decides when such a lock is stale.
@@ -1151,7 +1155,7 @@ def _process_alive(owner: dict | None) -> bool:
     return bool(now) and (not owner.get("start") or now == owner.get("start"))
 
 
-def _describe_owner(owner: dict | None) -> str:
+def _describe_owner(owner: dict[str, Any] | None) -> str:
     if owner is None:
         return f"an unknown owner (no readable {LOCK_OWNER})"
     by = str(owner.get("by", "?"))[:200]

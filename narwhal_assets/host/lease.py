@@ -36,6 +36,11 @@ import stat
 import sys
 import time
 
+TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing` on the host
+if TYPE_CHECKING:  # annotations only: hosts may run Python 3.8
+    from collections.abc import Iterator
+    from typing import Any
+
 LEASE_SCHEMA = "narwhal.host-lease"
 LEASE_REPORT_SCHEMA = "narwhal.lease-report"
 LEASE = ".lease"
@@ -53,7 +58,7 @@ PROCESS_FIELDS = ("workstation", "boot", "pid", "pid_start", "operation")  # wha
 class LeaseRefused(Exception):
     """This host's lease is not the operation's (held by another, taken over, unreadable); `holder` if known."""
 
-    def __init__(self, message: str, holder: "dict | None" = None) -> None:
+    def __init__(self, message: str, holder: "dict[str, Any] | None" = None) -> None:
         super().__init__(message)
         self.message = message
         self.holder = holder
@@ -66,7 +71,7 @@ def token_digest(token: str) -> str:
 class HostLease:
     """The lease record under `~/<base>`; `params`: token, holder, lease_s, holder_gone."""
 
-    def __init__(self, home: str, base: str, params: dict) -> None:
+    def __init__(self, home: str, base: str, params: "dict[str, Any]") -> None:
         self.home = home
         self.top = os.path.join(home, base)
         self.shown_top = base
@@ -76,13 +81,13 @@ class HostLease:
         self.lease_s = float(params.get("lease_s") or 300.0)
         self.gone = params.get("holder_gone")
         self.guard_wait_s = float(params.get("guard_wait_s") or GUARD_WAIT_S)
-        self.detail: dict = {"state": "absent", "holder": None, "expires_in": None, "problem": None,
+        self.detail: dict[str, Any] = {"state": "absent", "holder": None, "expires_in": None, "problem": None,
                              "leftovers": [], "broken": None, "released": False}  # fmt: skip
 
     # ----------------------------------------------------------------- guard
 
     @contextlib.contextmanager
-    def guard(self):  # an Iterator; hosts run Python 3.8 without importing typing
+    def guard(self) -> "Iterator[None]":
         """The exclusive `flock` of `~/<base>` (made 0700 if missing, never through a symlink)."""
         self.base_dir()
         fd = os.open(self.top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -106,7 +111,7 @@ class HostLease:
 
     # ----------------------------------------------------------------- reading
 
-    def read(self) -> "dict | None":
+    def read(self) -> "dict[str, Any] | None":
         """The record (None when there is none); anything that is not a record we wrote raises LeaseRefused
         saying what is there. Also lists half-made leftovers in `detail`."""
         self.detail["leftovers"] = self.leftovers()
@@ -138,7 +143,7 @@ class HostLease:
             return f"is {info.st_size} bytes, more than a lease record ({RECORD_LIMIT})"
         return None
 
-    def parse(self) -> "dict | str":
+    def parse(self) -> "dict[str, Any] | str":
         """The record, or what is wrong with it."""
         try:
             fd = os.open(self.where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -161,24 +166,24 @@ class HostLease:
             return "is not a lease record (its holder is missing or malformed)"
         return record
 
-    def leftovers(self) -> list:
+    def leftovers(self) -> "list[str]":
         with contextlib.suppress(OSError), os.scandir(self.top) as entries:
             return sorted(e.name for e in entries if e.name.startswith(PART))[:LEFTOVER_LIMIT]
         return []
 
-    def ours(self, record: "dict | None") -> bool:
+    def ours(self, record: "dict[str, Any] | None") -> bool:
         return record is not None and bool(self.token) and record["token_sha256"] == token_digest(self.token)
 
-    def expired(self, record: dict) -> bool:
+    def expired(self, record: "dict[str, Any]") -> bool:
         return time.time() > float(record["expires"])
 
-    def dead(self, record: dict) -> bool:
+    def dead(self, record: "dict[str, Any]") -> bool:
         """The workstation proved this holder gone: its process (same workstation, boot and pid) no longer runs,
         or no longer runs that operation."""
         gone = self.gone
         return isinstance(gone, dict) and all(record["holder"].get(k) == gone.get(k) for k in PROCESS_FIELDS)
 
-    def describe(self, record: "dict | None") -> None:
+    def describe(self, record: "dict[str, Any] | None") -> None:
         if record is not None:
             self.detail.update(holder=_public(record), expires_in=round(float(record["expires"]) - time.time(), 1))
 
@@ -202,7 +207,7 @@ class HostLease:
             return "renewed"
 
     @contextlib.contextmanager
-    def fenced(self):  # an Iterator
+    def fenced(self) -> "Iterator[None]":
         """Under the guard: the record must still be ours (else nothing more is changed here); renewed, then
         the caller's change runs while the guard is held."""
         with self.guard():
@@ -326,25 +331,27 @@ def _field_ok(name: str, value: object) -> bool:
     return value is None or (isinstance(value, str) and len(value) <= 1024)  # None: a field the writer lacked
 
 
-def _public(record: "dict | None") -> "dict | None":
+def _public(record: "dict[str, Any] | None") -> "dict[str, Any] | None":
     """What a report may say of a record: its holder and expiry, never the token digest."""
     if record is None:
         return None
     return dict(record["holder"], expires=record["expires"], renewed=record.get("renewed", 0.0))
 
 
-def _describe(holder: dict) -> str:
+def _describe(holder: "dict[str, Any]") -> str:
     return f"{holder.get('user', '?')}@{holder.get('workstation', '?')} ({holder.get('command', '?')})"
 
 
-def lease_report(lease: HostLease, outcome: str, message: "str | None" = None, holder: "dict | None" = None) -> dict:
+def lease_report(
+    lease: HostLease, outcome: str, message: "str | None" = None, holder: "dict[str, Any] | None" = None
+) -> "dict[str, Any]":
     detail = dict(lease.detail)
     if holder is not None:
         detail["holder"] = holder
     return {"outcome": outcome, "message": message, **detail, "now": time.time()}
 
 
-def run_lease_action(lease: HostLease, action: str) -> dict:
+def run_lease_action(lease: HostLease, action: str) -> "dict[str, Any]":
     """One lease action as a report (`outcome` `failed` with the message when refused)."""
     try:
         if action not in LEASE_ACTIONS:

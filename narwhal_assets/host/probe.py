@@ -170,7 +170,7 @@ class Probe:
         """Run one command, keep its full output under `tool` and a clipped copy in the log."""
         started = time.monotonic()
         rc, out, err = _execute(argv, timeout)
-        entry = {
+        entry: dict[str, Any] = {
             "argv": list(argv),
             "rc": rc,
             "stdout": _text(out, OUTPUT_LIMIT),
@@ -455,7 +455,7 @@ def examine_range(
             continue
         if outcome is None:
             continue
-        if len(outcome) == 3:
+        if isinstance(outcome, tuple):  # a Stat: hashed later
             deferred.append((outcome[0], index))
         else:
             items.append([index, *outcome])
@@ -749,6 +749,7 @@ def hash_tree(
         if config is None and not problems:
             problems = [f"{os.path.join(root, CONFIG_FILE)}: missing (the model configuration must be at the top)"]
         elif not problems:
+            assert config is not None  # None with no problem is the branch above
             result["config_text"], problems = read_config(root, config)
     return dict(result, problems=sorted(problems), seconds=round(time.monotonic() - started, 3))
 

@@ -69,7 +69,7 @@ def probe_params(params: Mapping[str, Any]) -> dict[str, Any]:
     problems += _other_problems(params)
     if problems:
         raise InputError(problems)
-    checked = {"image": None, "models": {}, "previous": {}, "full_hash": False, "workers": None}
+    checked: dict[str, Any] = {"image": None, "models": {}, "previous": {}, "full_hash": False, "workers": None}
     checked.update(params)
     return checked
 

@@ -204,7 +204,7 @@ def _address(label: str, info: Any) -> tuple[NetAddress | None, list[str]]:
     local, prefixlen = info.get("local"), info.get("prefixlen")
     if not isinstance(local, str) or not isinstance(prefixlen, int) or isinstance(prefixlen, bool):
         return None, [f"{IP}: {label}: address entry without 'local' and integer 'prefixlen'"]
-    scope = info.get("scope") if isinstance(info.get("scope"), str) else "global"
+    scope = info["scope"] if isinstance(info.get("scope"), str) else "global"
     return NetAddress(family=info["family"], address=local, prefixlen=prefixlen, scope=scope), []
 
 
@@ -224,7 +224,7 @@ def _interface(number: int, entry: Any, speeds: Mapping[str, Any]) -> tuple[NetI
             addresses.append(address)
     speed = speeds.get(name)
     mac = entry.get("address") if isinstance(entry.get("address"), str) else None
-    state = entry.get("operstate") if isinstance(entry.get("operstate"), str) else "UNKNOWN"
+    state = entry["operstate"] if isinstance(entry.get("operstate"), str) else "UNKNOWN"
     speed_mbps = speed if isinstance(speed, int) and not isinstance(speed, bool) and speed > 0 else None
     return NetInterface(name=name, state=state, mac=mac, addresses=addresses, speed_mbps=speed_mbps), problems
 
@@ -269,7 +269,7 @@ def parse_rdma(entries: Any) -> tuple[list[RdmaPort], list[str]]:
         where = f"rdma: {entry.get('device')} port {entry.get('port')}"
         port = _as_int(str(entry.get("port")))
         state, layer, rate = entry.get("state"), entry.get("link_layer"), entry.get("rate")
-        netdevs = entry.get("netdevs") if isinstance(entry.get("netdevs"), list) else []
+        netdevs = entry["netdevs"] if isinstance(entry.get("netdevs"), list) else []
         if not isinstance(entry.get("device"), str) or port is None:
             problems.append(f"{where}: device name or port number unreadable")
         elif not isinstance(state, str) or not isinstance(layer, str):
@@ -277,7 +277,7 @@ def parse_rdma(entries: Any) -> tuple[list[RdmaPort], list[str]]:
         else:
             rate_text = rate if isinstance(rate, str) and rate else None
             names = [n for n in netdevs if isinstance(n, str)]
-            listed = entry.get("verbs") if isinstance(entry.get("verbs"), list) else []
+            listed = entry["verbs"] if isinstance(entry.get("verbs"), list) else []
             verbs = [v for v in listed if isinstance(v, str) and DEVICE_NAME_RE.fullmatch(v)]
             ports.append(RdmaPort(device=entry["device"], port=port, state=state, link_layer=layer, rate=rate_text,
                                   netdevs=names, verbs=verbs))  # fmt: skip
@@ -405,7 +405,8 @@ def _model(
     config = result.get("config_sha256")
     if not isinstance(config, str) or not SHA256_RE.fullmatch(config):
         problems.append(f"checkpoint {engine}: config.json sha256 missing")
-    counts = {key: _counter(engine, result, key, problems) for key in ("bytes_hashed", "bytes_reused", "files_reused")}
+    counts: dict[str, Any] = {key: _counter(engine, result, key, problems)
+                              for key in ("bytes_hashed", "bytes_reused", "files_reused")}
     reused = previous is not None and files is previous.files
     tree = previous.tree_sha256 if reused and previous is not None else ""
     try:
@@ -507,7 +508,7 @@ def _command_text(tools: Mapping[str, Any], tool: str, label: str) -> tuple[str,
     return (value, []) if value else ("", [f"{label}: printed nothing"])
 
 
-def _host_facts(doc: Mapping[str, Any], tools: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+def _host_facts(doc: Mapping[str, Any], tools: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     files = doc.get("files")
     facts: dict[str, str] = {}
     problems: list[str] = []
@@ -585,7 +586,7 @@ def parse_probe_output(
     if doc is None:
         raise ProbeOutputError(host_problems(host_id, [str(failure)]), [])
     log = _log_entries(doc)
-    tools = doc.get("tools") if isinstance(doc.get("tools"), Mapping) else {}
+    tools = doc["tools"] if isinstance(doc.get("tools"), Mapping) else {}
     engine_host = any(engine_number(role) is not None for role in roles)
     problems = _probe_errors(doc)
     facts, found = _host_facts(doc, tools)

@@ -21,12 +21,10 @@ from contextlib import contextmanager
 
 import sqlalchemy
 from dagster._core.storage.base_storage import DagsterStorage
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
-    SQLITE_BUSY_TIMEOUT_SECONDS,
-    SqliteEventLogStorage,
-)
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
+from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._core.storage.sqlite_storage import (
     DagsterSqliteStorage,
     _event_logs_directory,
@@ -133,7 +131,7 @@ class PooledSqliteStorage(DagsterSqliteStorage):
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None) -> None:
         # Dagster's own __init__ would open its three storages first; only the base class's is wanted.
-        DagsterStorage.__init__(self)
+        DagsterStorage.__init__(self)  # type: ignore[no-untyped-call, arg-type]  # Dagster's untyped base
         self.base_dir = base_dir
         self._inst_data = inst_data
         self._run_storage = PooledSqliteRunStorage.from_local(_runs_directory(base_dir))

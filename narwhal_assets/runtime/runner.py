@@ -288,7 +288,7 @@ class _DropDagsterStorageLines:
 @contextmanager
 def _without_dagster_storage_lines() -> Iterator[None]:
     previous = sys.stderr
-    sys.stderr = _DropDagsterStorageLines(previous)  # type: ignore[assignment]
+    sys.stderr = _DropDagsterStorageLines(previous)
     try:
         yield
     finally:

@@ -111,7 +111,7 @@ class Offer:
         if self.cert_path is None:
             return self.agent_key if self.agent_key is not None else _private(self.path) if self.path else None
         signer = next((o for o in offers if o.cert_path is None and o.blob() == self.certified), None)
-        base = None
+        base: paramiko.PKey | None = None
         if signer is not None and signer.agent_key is not None:
             base = AgentKey(signer.agent_key.agent, signer.agent_key.blob, signer.agent_key.comment)
         elif signer is not None and signer.path is not None and _private(signer.path) is not None:
@@ -189,10 +189,15 @@ class SocketAgent(AgentSSH):
         conn.settimeout(timeout)
         try:
             conn.connect(path)
-            self._connect(conn)
+            self._connect(conn)  # type: ignore[attr-defined]  # paramiko's AgentSSH reads the keys here
         except BaseException:
             conn.close()
             raise
+        self._socket = conn
+
+    def close(self) -> None:
+        """Close the agent's socket (paramiko's AgentSSH has no public close)."""
+        self._socket.close()
 
 
 def agent_keys(path: str | None, timeout: float) -> tuple[list[AgentKey], SocketAgent | None]:

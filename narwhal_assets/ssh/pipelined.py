@@ -22,5 +22,5 @@ def exec_without_waiting(channel: paramiko.Channel, command: str) -> None:
     message.add_string("exec")
     message.add_boolean(True)
     message.add_string(command)
-    channel._event_pending()  # the reply, when it comes, is the channel's to handle
-    channel.transport._send_user_message(message)
+    channel._event_pending()  # type: ignore[attr-defined]  # the reply, when it comes, is the channel's to handle
+    channel.transport._send_user_message(message)  # type: ignore[union-attr]  # paramiko's own send

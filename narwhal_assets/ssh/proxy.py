@@ -34,8 +34,11 @@ class ProxyCommand:
         shell = os.environ.get("SHELL") or "/bin/sh"
         ours, theirs = socket.socketpair()
         try:
-            self.process = subprocess.Popen([shell, "-c", f"exec {command}"], stdin=theirs, stdout=theirs,
-                                            stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+            # A socket is a file with a fileno, all Popen needs (typeshed asks for an int or IO).
+            self.process = subprocess.Popen(  # type: ignore[call-overload]
+                [shell, "-c", f"exec {command}"], stdin=theirs, stdout=theirs, stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
         except OSError as exc:
             ours.close()
             raise ProxyCommandFailed(exc.errno, f"cannot start the ProxyCommand: {exc.strerror}") from None

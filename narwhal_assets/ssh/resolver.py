@@ -273,11 +273,11 @@ def _entry(query: Query, answer: Answer) -> _Entry | None:
         globs[name] = _matches(name)
         pending += [(found, user, 0) for found in globs[name]]
     while pending:
-        path, user, depth = pending.pop()
-        version = _version(path)
+        file, user, depth = pending.pop()
+        version = _version(file)
         if version is None or version.runs_commands or depth > MAX_INCLUDE_DEPTH:
             return None
-        files[path] = version.digest
+        files[file] = version.digest
         variables.update(version.variables)
         for pattern in _include_patterns(version.includes, user):
             globs[pattern] = _matches(pattern)

@@ -232,7 +232,8 @@ def _check_point(curve: str, point: bytes) -> None:
     """An uncompressed point on the curve that passes sshkey_ec_validate_public's range checks."""
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    curves = {"nistp256": ec.SECP256R1, "nistp384": ec.SECP384R1, "nistp521": ec.SECP521R1}
+    curves: dict[str, type[ec.SECP256R1 | ec.SECP384R1 | ec.SECP521R1]] = {
+        "nistp256": ec.SECP256R1, "nistp384": ec.SECP384R1, "nistp521": ec.SECP521R1}
     if not 0 < len(point) <= MAX_EC_POINT_BYTES or point[0] != 4:
         raise KeyProblem("ECDSA point not in uncompressed form")
     try:

@@ -269,7 +269,7 @@ class HostConnection:
                 sftp = paramiko.SFTPClient.from_transport(self.transport)
                 if sftp is None:
                     raise paramiko.SSHException("the server refused the SFTP subsystem")
-                sftp.get_channel().settimeout(self.command_timeout)
+                sftp.get_channel().settimeout(self.command_timeout)  # type: ignore[union-attr]  # a client made from a transport has one
                 with sftp, sftp.open(remote_path, "wb") as handle:
                     handle.chmod(mode)
                     handle.write(data)
@@ -331,7 +331,7 @@ def _exchange(channel: paramiko.Channel, stdin: bytes, deadline: float, output_l
         if left <= 0:
             return _Exchange(bytes(out), bytes(err), "timeout")
         if pending and channel.send_ready():
-            sent = channel.send(pending[:SEND_CHUNK])
+            sent = channel.send(pending[:SEND_CHUNK])  # type: ignore[arg-type]  # paramiko sends any buffer
             pending = pending[sent:]
             if not pending:
                 channel.shutdown_write()

@@ -1,4 +1,4 @@
-"""One host's part of a fleet operation (spec 13.3): the calls `rollout` makes to it, over its connection.
+"""One host's part of a fleet operation: the calls `rollout` makes to it, over its connection.
 
 Per host: `inspect` (read-only, and it takes the operation's lease there; `reused` when the marker names the
 revision and everything verifies, so nothing is sent), else `install` with only the files the host lacks,

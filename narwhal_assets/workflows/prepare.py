@@ -163,7 +163,8 @@ def _plan(settings: Settings, inventory: Inventory, revision: str, run: Path) ->
     fleet = problems.attempt(load_json_model, settings.fleet_path, Fleet)
     launch = problems.attempt(load_json_model, settings.launch_config_path, EngineLaunchConfig)
     problems.attempt(load_json_model, settings.profiling_limits_path, ProfilingLimits)  # shipped as bytes
-    raise_if(problems)
+    raise_if(problems)  # so neither is None
+    assert fleet is not None and launch is not None
     tools = {name: resources.files(TOOLS_PACKAGE).joinpath(name).read_bytes() for name in TOOLS.values()}
     observations = {n: str(run / f"{entry.id}.json") for entry in inventory.hosts for n in entry.engine_numbers()}
     inputs = ExportInputs(

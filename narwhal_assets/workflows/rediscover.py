@@ -20,9 +20,9 @@ from narwhal_assets.core.discovery.drift import (
     ModelStat,
     compare_host,
     fabric_addresses,
-    printable,
 )
 from narwhal_assets.core.discovery.observations import Gpu, HostObservation
+from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Settings
@@ -75,7 +75,7 @@ def parse_drift_output(
         doc = None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or doc.get("schema_version") != 1:
         raise DriftProbeError(f"host {host_id}: drift probe output is not a {SCHEMA} document")
-    tools = doc.get("tools") if isinstance(doc.get("tools"), dict) else {}
+    tools = doc["tools"] if isinstance(doc.get("tools"), dict) else {}
     problems = [f"drift probe: {printable(str(e))}" for e in doc.get("errors") or []]
     gpus = _gpus(tools.get("nvidia-smi"), bool(observation.gpus), problems)
     interfaces, found = parse_ip_json(_stdout(tools.get("ip"), "ip -json address", problems), {})

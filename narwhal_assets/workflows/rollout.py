@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
+from narwhal_assets.core.deployment.manifest import PreparedRun
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
@@ -42,7 +43,6 @@ from narwhal_assets.workflows.install import (
     HostOutcome,
     InstallCommands,
     Mode,
-    PreparedRun,
     activate_host,
     connection_failed,
     hold_back,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -68,10 +68,10 @@ class ManifestHost(Record):
         return value
 
 
-MANIFEST_SCHEMA = "narwhal.deployment-manifest"
+MANIFEST_SCHEMA: Final = "narwhal.deployment-manifest"
 # The prepared-run format. 2: launch records in the serving fleet's reader's shape, `sources.json` with value
 # digests and the shared engine variables once. A run of another format is refused, never read as this one.
-PREPARED_FORMAT = 2
+PREPARED_FORMAT: Final = 2
 
 
 class DeploymentManifest(Record):

@@ -99,10 +99,10 @@ def _canonical(value: Any) -> bytes:
 def private_tree_paths(tree: Iterable[str], private: Iterable[str]) -> list[str]:
     """Paths of a commit's tree that must never be shipped: any file named `.env`, and every private file
     the settings name (given relative to the checkout; a directory covers everything below it)."""
-    private = [PurePosixPath(p) for p in private]
+    named = [PurePosixPath(p) for p in private]
     found = []
     for path in tree:
         pure = PurePosixPath(path)
-        if pure.name == DOTENV_NAME or any(pure == p or p in pure.parents for p in private):
+        if pure.name == DOTENV_NAME or any(pure == p or p in pure.parents for p in named):
             found.append(path)
     return found

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
@@ -48,7 +48,7 @@ TOOL_DIGESTS = {
     "NARWHAL_FABRIC_BUDGET_TOOL": "NARWHAL_FABRIC_BUDGET_SHA256",
     "NARWHAL_CACHE_CAPTURE_HOOK": "NARWHAL_CACHE_CAPTURE_HOOK_SHA256",
 }
-SOURCES_SCHEMA = "narwhal.role-environment-sources"
+SOURCES_SCHEMA: Final = "narwhal.role-environment-sources"
 
 
 class ExportLayer(StrEnum):

@@ -79,7 +79,7 @@ def tree_digest(files: Iterable[CheckpointFile]) -> str:
 def model_tree_digest(files: Iterable[CheckpointFile]) -> str:
     """The serving fleet's `model_tree_sha256` of the same files (see the module docstring)."""
     rows = sorted(({"path": f.path, "sha256": f.sha256, "size": f.size} for f in files),
-                  key=lambda row: row["path"].split("/"))  # fmt: skip
+                  key=lambda row: str(row["path"]).split("/"))  # fmt: skip
     return hashlib.sha256(json.dumps(rows, sort_keys=True, separators=(",", ":")).encode("ascii")).hexdigest()
 
 

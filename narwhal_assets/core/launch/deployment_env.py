@@ -70,7 +70,9 @@ def _node_values(settings: Settings, n: int, observation: HostObservation) -> di
     attest_port = problems.attempt(_port, settings, n, "ATTEST_PORT")
     image_id = problems.attempt(_image_id, observation, n)
     config_sha256 = problems.attempt(_config_sha256, settings, observation, n)
-    raise_if(problems)
+    raise_if(problems)  # so none of them is None
+    assert address is not None and engine_port is not None and attest_port is not None
+    assert image_id is not None and config_sha256 is not None
     urls = {
         "URL": problems.attempt(_service_url, settings, f"{prefix}URL", http_url(address, engine_port), "",
                                 engine_port),
@@ -78,6 +80,7 @@ def _node_values(settings: Settings, n: int, observation: HostObservation) -> di
                                             http_url(address, attest_port, ATTESTATION_PATH), ATTESTATION_PATH, None),
     }  # fmt: skip
     raise_if(problems)
+    assert urls["URL"] is not None and urls["ATTESTATION_URL"] is not None
     return {
         f"{prefix}IP": address,
         f"{prefix}URL": urls["URL"],

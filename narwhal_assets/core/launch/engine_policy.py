@@ -10,7 +10,8 @@ from typing import Any
 from narwhal_assets.core.errors import Problems, raise_if
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.core.launch.engine_args import parse_extra_args, parse_extra_env
-from narwhal_assets.core.launch.placement import GPU_TLS, TRANSPORTS
+from narwhal_assets.core.launch.models import KvCacheDtype, ModelDtype
+from narwhal_assets.core.launch.placement import GPU_TLS, TRANSPORTS, GpuTls
 from narwhal_assets.core.launch.policy import (
     FIELDS,
     Resolved,
@@ -51,11 +52,11 @@ class EnginePolicy:
     max_num_seqs: int
     gpu_memory_utilization: float
     kv_block_size: int
-    kv_cache_dtype: str
-    model_dtype: str | None
+    kv_cache_dtype: KvCacheDtype
+    model_dtype: ModelDtype | None
     enforce_eager: bool
     transfer_transport: str
-    ucx_gpu_tls: str
+    ucx_gpu_tls: GpuTls
     tensor_parallel_size: int | None
     extra_engine_args: tuple[str, ...]
     engine_env: dict[str, str]
@@ -104,7 +105,9 @@ def resolve_all(settings: Settings, n: int) -> dict[str, Resolved]:
 
 def parse_all(resolved: dict[str, Resolved], n: int) -> EnginePolicy:
     problems = Problems()
-    values = {name.lower(): problems.attempt(parse, resolved[name], n) for name, parse in _PARSERS.items()}
+    values: dict[str, Any] = {
+        name.lower(): problems.attempt(parse, resolved[name], n) for name, parse in _PARSERS.items()
+    }
     raise_if(problems)
     return EnginePolicy(**values)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field
 
@@ -137,7 +137,7 @@ def engine_roles(settings: Settings, numbers: list[int]) -> dict[int, ServingRol
         variable = Role.engine(n).node_var("ROLE")
         value = settings.get(variable) or ("prefill" if index == 0 else "decode")
         if value == "prefill" or value == "decode":
-            roles[n] = value
+            roles[n] = cast("ServingRole", value)
         else:
             problems.append(f"engine-{n}: {variable} must be prefill or decode")
     raise_if(problems)

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from narwhal_assets.core.discovery.observations import HostObservation
 from narwhal_assets.core.display import printable
@@ -26,6 +26,7 @@ from narwhal_assets.core.launch.models import (
     EngineLaunchFile,
     LaunchSourceNames,
     LaunchSources,
+    ModelDtype,
     Ports,
     Runtime,
     ServingRole,
@@ -182,7 +183,7 @@ class _Placement:
     transfer: Transfer
     max_model_len: int
     max_model_len_source: Source
-    model_dtype: str
+    model_dtype: ModelDtype
     packages: dict[str, str]
 
 
@@ -242,7 +243,9 @@ def _place(settings: Settings, engine: _Engine, policy: EnginePolicy, resolved: 
     if allocation is not None:
         accelerator = problems.attempt(accelerator_name, allocation, n)
         tp = problems.attempt(_tensor_parallel, policy.tensor_parallel_size, allocation, resolved, n)
-    raise_if(problems)
+    raise_if(problems)  # so none of them is None
+    assert allocation is not None and accelerator is not None and tp is not None and address is not None
+    assert transfer is not None and max_len is not None and dtype is not None and packages is not None
     return _Placement(allocation, accelerator, tp, address, transfer, *max_len, dtype, packages)
 
 
@@ -273,7 +276,7 @@ def _max_model_len(value: int, resolved: Resolved, engine: _Engine) -> tuple[int
                       f"({limit})"])
 
 
-def _model_dtype(chosen: str | None, engine: _Engine) -> str:
+def _model_dtype(chosen: ModelDtype | None, engine: _Engine) -> ModelDtype:
     """`NARWHAL_MODEL_DTYPE`, else the model config's dtype, else bfloat16; the serving fleet's launcher runs
     a two-byte dtype only, so a float32 checkpoint needs the variable set."""
     if chosen is not None:
@@ -284,7 +287,7 @@ def _model_dtype(chosen: str | None, engine: _Engine) -> str:
         raise InputError([f"engine-{engine.n}: the model config's dtype {printable(dtype, 40)!r} is not bfloat16 or "
                           "float16, the "
                           "dtypes the serving fleet's launcher runs; set NARWHAL_MODEL_DTYPE"])  # fmt: skip
-    return dtype
+    return cast("ModelDtype", dtype)
 
 
 def _pinned_packages(engine: _Engine) -> dict[str, str]:

@@ -11,7 +11,7 @@ per-engine file `iid`, `serving_role`) are extra fields the fleet's reader passe
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
@@ -20,7 +20,9 @@ from narwhal_assets.core.launch.policy import Source
 from narwhal_assets.core.records import Record
 
 ServingRole = Literal["prefill", "decode"]
-LAUNCH_SCHEMA = "narwhal.engine-launch"
+ModelDtype = Literal["bfloat16", "float16"]
+KvCacheDtype = Literal["auto"]
+LAUNCH_SCHEMA: Final = "narwhal.engine-launch"
 
 
 class Ports(Record):
@@ -37,8 +39,8 @@ class Runtime(Record):
     (the fleet's profiler reads `--max-num-seqs` from `extra_args`)."""
 
     expected_packages: dict[str, str]
-    model_dtype: Literal["bfloat16", "float16"]
-    kv_cache_dtype: Literal["auto"]
+    model_dtype: ModelDtype
+    kv_cache_dtype: KvCacheDtype
     block_size: int
     environment: dict[str, str]
     extra_args: list[str]

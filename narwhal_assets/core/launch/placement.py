@@ -160,7 +160,7 @@ def accelerator_name(allocation: GpuAllocation, n: int) -> str:
 
 
 def select_transfer(
-    observation: HostObservation, n: int, transport: str, interface: str, gpu_tls: str, variable: str
+    observation: HostObservation, n: int, transport: str, interface: str, gpu_tls: GpuTls, variable: str
 ) -> Transfer:
     """UCX devices: TCP over the fabric interface, or for `ucx_rdma` the ACTIVE RDMA ports (those bound to the
     fabric interface first) with their HCAs' verbs character devices and `rdma_cm`, as discovery observed

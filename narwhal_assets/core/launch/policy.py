@@ -48,7 +48,7 @@ class Source(BaseModel):
 
 @dataclass(frozen=True)
 class PolicyField:
-    """One launch setting. `required` marks the spec's ten engine-export fields."""
+    """One launch setting. `required` marks the ten engine fields every engine role file exports."""
 
     name: str
     default: str | None

@@ -4,6 +4,7 @@
 import hashlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -54,15 +55,15 @@ class PrepareConfig(dg.Config):
 )  # fmt: skip
 def prepare_deployment(
     context: dg.AssetExecutionContext, config: PrepareConfig, checkout: ManagementCheckout
-) -> Iterator[dg.MaterializeResult]:
+) -> Iterator[dg.MaterializeResult]:  # type: ignore[type-arg]  # Dagster reads it: the bare class
     prepared = prepare(checkout.open().settings, config.out or None)
     context.log.info(f"prepared deployment {prepared.manifest.deployment_id} in {prepared.run_dir}")
     yield from _results(prepared)
 
 
-def _results(prepared: Prepared) -> Iterator[dg.MaterializeResult]:
+def _results(prepared: Prepared) -> Iterator[dg.MaterializeResult[None]]:
     manifest = prepared.manifest
-    common = {
+    common: dict[str, Any] = {
         "out": dg.MetadataValue.path(str(prepared.run_dir)),
         "revision": manifest.revision,
         "deployment_id": manifest.deployment_id,

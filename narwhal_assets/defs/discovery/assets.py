@@ -57,7 +57,7 @@ def _enrolment(connection: HostConnection) -> dict[str, str]:
 )  # fmt: skip
 def host_discovery(
     context: dg.AssetExecutionContext, config: DiscoveryConfig, checkout: ManagementCheckout, ssh: SshSettings
-) -> Iterator[dg.MaterializeResult]:
+) -> Iterator[dg.MaterializeResult]:  # type: ignore[type-arg]  # Dagster reads it: the bare class
     """Enrol host keys and, unless only the trust store is selected, probe every host over that same connection.
 
     Enrolments are staged in the run directory: `discovered_config` records them with the config set, so the
@@ -123,7 +123,7 @@ def host_discovery(
 )  # fmt: skip
 def discovered_config(
     context: dg.AssetExecutionContext, checkout: ManagementCheckout
-) -> Iterator[dg.MaterializeResult]:
+) -> Iterator[dg.MaterializeResult]:  # type: ignore[type-arg]  # Dagster reads it: the bare class
     """Build the set (deployment.env, launch records, fleet, profiling limits) once, from the observations of
     this run's `host_observations` (or, run alone, of its latest materialization), and publish it together
     with the staged host keys; the previous set is archived in the run directory."""
@@ -170,7 +170,7 @@ def discovered_config(
     )
 
 
-def _known_hosts_result(path: Path, fingerprints: dict[str, dict[str, str]]) -> dg.MaterializeResult:
+def _known_hosts_result(path: Path, fingerprints: dict[str, dict[str, str]]) -> dg.MaterializeResult[None]:
     return dg.MaterializeResult(
         asset_key=KNOWN_HOSTS,
         metadata={

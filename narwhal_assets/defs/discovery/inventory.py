@@ -10,7 +10,7 @@ OBSERVATIONS = dg.AssetKey("host_observations")
 
 
 @dg.asset(group_name="discovery", kinds={"json"})
-def host_inventory(context: dg.AssetExecutionContext, checkout: ManagementCheckout) -> dg.MaterializeResult:
+def host_inventory(context: dg.AssetExecutionContext, checkout: ManagementCheckout) -> dg.MaterializeResult:  # type: ignore[type-arg]  # Dagster reads it: the bare class
     """Validate (or derive from .env) the host inventory and register every host id as a partition.
 
     In a run that goes on to discover, every input discovery can check without a host is checked first: a

@@ -20,10 +20,11 @@ import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 
+from narwhal_assets.core.deployment.manifest import PreparedRun
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.defs.installation.checks import evaluate_installed
@@ -33,7 +34,7 @@ from narwhal_assets.defs.names import COMMAND_TAG, HOST_POOL, INSTALL_JOB
 from narwhal_assets.defs.partitions import host_partitions
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
 from narwhal_assets.ssh.trust import TrustMode
-from narwhal_assets.workflows.install import HostOutcome, InstallCommands, Mode, PreparedRun, open_prepared_run
+from narwhal_assets.workflows.install import HostOutcome, InstallCommands, Mode, open_prepared_run
 from narwhal_assets.workflows.lease import LeaseRequest, OperationLease, lease_seconds
 from narwhal_assets.workflows.rollout import DEFAULT_PARALLEL, Progress, RolloutPlan, rollout
 
@@ -164,7 +165,7 @@ def _host_event(
     return dg.AssetObservation(INSTALLATION, partition=outcome.host_id, description=said, metadata=metadata)
 
 
-def outcome_metadata(run: PreparedRun, outcome: HostOutcome, mode: Mode, who: str) -> dict[str, object]:
+def outcome_metadata(run: PreparedRun, outcome: HostOutcome, mode: Mode, who: str) -> dict[str, Any]:
     """What the UI shows per host; names and counts only, never a destination or password."""
     return {
         "outcome": _outcome_word(outcome, mode),

@@ -7,9 +7,10 @@ runs in every `install_job` run (after the partition's materialization, never bl
 `installation_outdated_sensor` re-evaluates it when a new `deployment_manifest` is materialized.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -44,7 +45,7 @@ def latest_manifest(instance: dg.DagsterInstance) -> LatestManifest:
         raise NarwhalError(f"deployment_manifest: its materialization records no {exc}; prepare again") from None
 
 
-def latest_installs(instance: dg.DagsterInstance, host_ids: list[str]) -> dict[str, Installed | None]:
+def latest_installs(instance: dg.DagsterInstance, host_ids: Sequence[str]) -> dict[str, Installed | None]:
     """Each host's latest successful installation (a failed one is an observation and does not count).
 
     The one reader of installations from Dagster: the outdated check, the re-verification schedule and the
@@ -102,7 +103,7 @@ def _installed(metadata: Mapping[str, dg.MetadataValue], timestamp: float) -> In
     return Installed(str(metadata["deployment_id"].value), str(metadata["revision"].value), timestamp)
 
 
-def _evaluation(passed: bool, description: str, metadata: Mapping[str, object]) -> dg.AssetCheckEvaluation:
+def _evaluation(passed: bool, description: str, metadata: Mapping[str, Any]) -> dg.AssetCheckEvaluation:
     return dg.AssetCheckEvaluation(asset_key=INSTALLATION, check_name=CHECK_NAME, passed=passed,
                                    description=description, metadata=dict(metadata),
                                    severity=dg.AssetCheckSeverity.WARN)  # fmt: skip

@@ -3,11 +3,12 @@
 `status` records, per reachable host, a runless `AssetObservation` on the host's partition (live deployment,
 its revision and state, a table of every directory there), so the UI shows each host's live revision beside
 its last materialization. `live_matches_installed` compares the two per partition (the rule is
-`core.live_deployments.drifting`) and fails naming each drifting host, with a table of revisions per host;
+`core.deployment.live.drifting`) and fails naming each drifting host, with a table of revisions per host;
 `status` reports its evaluation runless too, so it needs no run.
 """
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -44,7 +45,7 @@ def status_observation(status: "HostStatus") -> dg.AssetObservation:
         {"deployment_id": d.name, "state": d.state, "revision": d.revision or "", "check": d.check,
          "current": d.name == status.current} for d in status.deployments
     ]  # fmt: skip
-    metadata = {
+    metadata: dict[str, Any] = {
         LIVE_KEY: status.current or "",
         "live_revision": live.revision or "" if live else "",
         "live_state": live.state if live else "none",
@@ -74,12 +75,12 @@ def _live(instance: dg.DagsterInstance, host_id: str) -> Recorded | None:
     return None
 
 
-def _text(metadata: dict[str, dg.MetadataValue], key: str) -> str | None:
+def _text(metadata: "Mapping[str, dg.MetadataValue[Any]]", key: str) -> str | None:
     value = metadata.get(key)
     return str(value.value) or None if value is not None else None
 
 
-def evaluate_drift(instance: dg.DagsterInstance, host_ids: list[str]) -> tuple[list[str], dg.AssetCheckEvaluation]:
+def evaluate_drift(instance: dg.DagsterInstance, host_ids: Sequence[str]) -> tuple[list[str], dg.AssetCheckEvaluation]:
     """Per host: last installed vs newest live observation; fails naming each host that drifted."""
     installed = latest_installs(instance, host_ids)
     live = {host_id: _live(instance, host_id) for host_id in host_ids}
@@ -115,7 +116,7 @@ def record_statuses(
 
 
 def interrupted_installs(
-    instance: dg.DagsterInstance, order: list[str], live: dict[str, str | None]
+    instance: dg.DagsterInstance, order: Sequence[str], live: dict[str, str | None]
 ) -> dict[str, str]:
     """For each drifting host whose `current` names a deployment: the install run of that deployment over this
     host that ended failed or canceled since the host's last recorded install (killed or interrupted while
@@ -126,7 +127,8 @@ def interrupted_installs(
     for host_id, deployment in live.items():
         if not deployment:
             continue
-        since = installed[host_id].timestamp if installed.get(host_id) else 0.0
+        last = installed.get(host_id)
+        since = last.timestamp if last else 0.0
         runs = instance.get_runs(filters=dg.RunsFilter(job_name=INSTALL_JOB, statuses=ENDED_BADLY,
                                                        tags={DEPLOYMENT_TAG: deployment}), limit=SCAN)  # fmt: skip
         for run in runs:

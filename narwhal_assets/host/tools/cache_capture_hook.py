@@ -52,7 +52,9 @@ class _Finder(importlib.abc.MetaPathFinder):
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if finder is not self and find else None
+            spec: importlib.machinery.ModuleSpec | None = (
+                find(fullname, path, target) if finder is not self and find else None
+            )
             if spec is not None and spec.loader is not None:
                 _wrap_exec(spec.loader)
                 return spec

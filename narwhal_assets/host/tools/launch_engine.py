@@ -18,6 +18,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing` on the host
+if TYPE_CHECKING:  # annotations only: hosts may run Python 3.8
+    from typing import Any
+
 FILE_SCHEMA = "narwhal.engine-launch"
 FILE_SCHEMA_VERSION = 1
 FILE_FIELDS = ("role", "gpu_ids", "environment", "args", "network_mode", "accelerator_devices", "transfer", "runtime")
@@ -133,7 +137,7 @@ def check_machine_id(approved: str, path: Path) -> tuple[str, bool, str]:
     return "machine id", False, f"{actual} differs from approved NARWHAL_MACHINE_ID {approved}; wrong host?"
 
 
-def load_launch_file(environ: Mapping[str, str]) -> dict:
+def load_launch_file(environ: Mapping[str, str]) -> dict[str, Any]:
     """The per-engine launch file named by `NARWHAL_ENGINE_LAUNCH_CONFIG`."""
     path = Path(_require(environ, "NARWHAL_ENGINE_LAUNCH_CONFIG"))
     try:
@@ -153,7 +157,7 @@ def load_launch_file(environ: Mapping[str, str]) -> dict:
 
 
 def plan(
-    environ: Mapping[str, str], launch: dict, docker: str = "docker"
+    environ: Mapping[str, str], launch: dict[str, Any], docker: str = "docker"
 ) -> tuple[list[str], dict[str, str], set[str]]:
     """The docker argv, the environment to exec it with, and the names passed into the container.
 
