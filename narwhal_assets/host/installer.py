@@ -548,7 +548,10 @@ class Installer:
         if verdict != "stale":
             raise GateFailure("lock", why)
         gone = f"{LOCK}.stale-{token}"
-        os.rename(where, self.path(gone))
+        try:
+            os.rename(where, self.path(gone))
+        except FileNotFoundError:  # its owner released it meanwhile (`unlock` renames it away without the guard)
+            return
         if owner is not None:
             self.discard_leftovers(owner)
         _remove_lock_dir(self.base, gone)
