@@ -366,4 +366,7 @@ def test_ctrl_c_says_where_each_host_stopped_without_a_traceback(
     assert gone(fleet, "h3", "sleep 60") == []
     with dg.DagsterInstance.get() as instance:
         [run] = instance.get_runs(filters=dg.RunsFilter(tags={"narwhal/pid": str(command.pid)}))
+        states = instance.get_status_by_partition(dg.AssetKey("host_installation"), list(NAMES), host_partitions)
     assert run.status == dg.DagsterRunStatus.CANCELED, run.status
+    assert not {dg.AssetPartitionStatus.IN_PROGRESS, dg.AssetPartitionStatus.FAILED} & set(states.values()), \
+        f"an interrupted install changed no host: no partition is in progress or failed ({states})"  # fmt: skip
