@@ -7,12 +7,14 @@ rules beside it (gates, escaping, private prepared runs, drift while an install 
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from narwhal_assets.protocols.install import (
     Gate,
     install_stream,
     installer_script,
+    installer_source,
     parse_install_report,
     terminal_safe,
 )
@@ -46,7 +49,19 @@ from narwhal_assets.workflows.deployments import HostStatus, host_status
 from narwhal_assets.workflows.install import open_prepared_run
 
 OTHER = "fedcba9876543210fedcba9876543210"
-INSTALLER = Path(installer.__file__)
+
+
+def _shipped_installer() -> Path:
+    """The installer program exactly as a host runs it (its source, then the lease's), as one file: the lock
+    tests run its code directly, and the installer uses the lease's helpers."""
+    program = installer_source()
+    path = Path(tempfile.gettempdir()) / f"narwhal-installer-{hashlib.sha256(program.encode()).hexdigest()[:16]}.py"
+    if not path.exists():
+        path.write_text(program)
+    return path
+
+
+INSTALLER = _shipped_installer()
 
 
 @pytest.fixture
