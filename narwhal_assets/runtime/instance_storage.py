@@ -7,7 +7,9 @@ connection pool per database file halves the CPU a run spends in Dagster (`bench
 files, schema and locking are Dagster's own, so a stock instance reads the same directory, and processes
 share it as before: SQLite serialises their writers with its file locks and busy timeout.
 
-`runner.instance_yaml` selects this storage for the instance the project creates.
+`runner.instance_yaml` selects this storage for the instance the project creates. This is the one module
+that uses Dagster's private storage API (`dagster._core.storage`): Dagster offers no public way to share an
+engine between transactions. The exact Dagster pin in `constraints.txt` keeps it in step.
 """
 
 from __future__ import annotations
