@@ -92,7 +92,8 @@ def test_dg_check_defs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "All definitions loaded successfully" in done.stdout + done.stderr
-    warned = [line for line in (done.stdout + done.stderr).splitlines() if "Warning" in line and "narwhal_assets" in line]
+    output = (done.stdout + done.stderr).splitlines()
+    warned = [line for line in output if "Warning" in line and "narwhal_assets" in line]
     assert not warned
 
 
