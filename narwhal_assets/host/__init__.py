@@ -9,6 +9,9 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
+# How a program sent on stdin runs: isolated, no site import (nothing of the account's environment, faster start).
+STDIN_PROGRAM = "python3 -I -S -"
+
 
 @cache
 def program_source(name: str) -> str:

@@ -41,6 +41,7 @@ from narwhal_assets.core.launch.launch_records import EngineLaunchConfig, Launch
 from narwhal_assets.core.launch.policy import resolve_engine_field
 from narwhal_assets.core.launch.profiling import ProfilingLimits, build_profiling_limits
 from narwhal_assets.core.roles import Role, engine_number
+from narwhal_assets.host import STDIN_PROGRAM
 from narwhal_assets.local.checkpoint_store import load_checkpoint, prune_discovery_runs, save_checkpoint
 from narwhal_assets.local.configset import publish_files, publish_lock
 from narwhal_assets.local.privatefiles import ensure_private_dir, sha256_file, write_private
@@ -51,8 +52,6 @@ from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.transport import Connector, HostConnection
 from narwhal_assets.ssh.trust import KnownHostsStore, StagedKey
 
-# Isolated: no module in the account's home (the command's directory) or environment shadows the standard library.
-PROBE_COMMAND = "python3 -I -S -"
 PROBE_TIMEOUT_S = 1800.0  # a dead host is caught by the keep-alive; this bounds a first full hash
 CHECKPOINT_FILE = "engine-{n}-checkpoint.json"
 ARCHIVE_DIR = "previous-config"
@@ -211,7 +210,7 @@ def inspect_hosts(
 
     def probe(connection: HostConnection) -> tuple[HostObservation, dict[str, CheckpointDigest]]:
         entry = inventory.host(connection.host_id)
-        result = connection.run(PROBE_COMMAND, stdin=requests[entry.id].encode(), timeout=PROBE_TIMEOUT_S)
+        result = connection.run(STDIN_PROGRAM, stdin=requests[entry.id].encode(), timeout=PROBE_TIMEOUT_S)
         raw = result.text()
         try:
             parsed = parse_probe_output(entry.id, entry.roles, connection.fingerprint, raw, observed_at, previous)

@@ -1,4 +1,4 @@
-"""The probe, run exactly as over SSH (`PROBE_COMMAND`, source on stdin) against fake tools and a real tree.
+"""The probe, run exactly as over SSH (`STDIN_PROGRAM`, source on stdin) against fake tools and a real tree.
 
 The tree digest is checked against the documented shell pipeline run by bash; the hashing functions are
 also exercised in-process, where a file can be changed mid-read and hash calls can be counted.
@@ -24,10 +24,10 @@ from helpers.readme import tree_digest_command
 from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import CheckpointFile
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.host import STDIN_PROGRAM
 from narwhal_assets.host import probe as probe_module
 from narwhal_assets.protocols.probe import previous_hashes, probe_params, probe_script, probe_source
 from narwhal_assets.protocols.probe_report import ProbeOutputError, parse_probe_output
-from narwhal_assets.workflows.discover import PROBE_COMMAND
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NVIDIA_FIXTURE = FIXTURES / "nvidia-smi-query-h200x8.csv"
@@ -115,10 +115,10 @@ def model_dir(tmp_path: Path) -> Path:
 
 
 def run_probe(params: dict[str, Any], bin_dir: Path) -> dict[str, Any]:
-    """Exactly what the transport does: `PROBE_COMMAND` with the script on stdin; stdout must be one JSON text."""
+    """Exactly what the transport does: `STDIN_PROGRAM` with the script on stdin; stdout must be one JSON text."""
     env = {"PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
     proc = subprocess.run(
-        shlex.split(PROBE_COMMAND), input=probe_script(params), capture_output=True, text=True, env=env, timeout=120,
+        shlex.split(STDIN_PROGRAM), input=probe_script(params), capture_output=True, text=True, env=env, timeout=120,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
