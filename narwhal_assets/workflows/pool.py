@@ -29,6 +29,7 @@ class ConnectionPool:
         self._in_use: dict[str, HostConnection] = {}
         self._busy = 0
         self._changed = threading.Condition()
+        self._closed = False  # after `close`, a connection given back is closed, never kept
         self.opened = 0  # connections made (for the log line and the benchmarks)
         self.peak = 0  # the most open at once
 
@@ -55,6 +56,7 @@ class ConnectionPool:
 
     def close(self) -> None:
         with self._changed:
+            self._closed = True
             idle, self._idle = list(self._idle.values()), OrderedDict()
             self._changed.notify_all()
         for connection in idle:
@@ -93,7 +95,7 @@ class ConnectionPool:
     def _give_back(self, host_id: str, connection: HostConnection, *, keep: bool) -> None:
         with self._changed:
             self._busy -= 1
-            if keep and connection.transport.is_active():
+            if keep and not self._closed and connection.transport.is_active():
                 self._idle[host_id] = connection
                 connection = None  # type: ignore[assignment]
             self._changed.notify()

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
-import pytest
 from helpers.polling import wait_for
 
-from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.local.forked import forked
 
 
@@ -26,38 +24,71 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def in_a_fresh_process(body: str) -> list[str]:
+    """`body` run by a new interpreter, the only thread there: this test process may still hold threads of
+    earlier tests (an SSH transport ending), and with another thread running `forked` works inline by design."""
+    prelude = "import json, os, sys, time\nfrom narwhal_assets.core.errors import InputError, NarwhalError\n"
+    prelude += "from narwhal_assets.local.forked import forked\n"
+    done = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(body)],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0 and not done.stderr, done.stdout + done.stderr
+    return done.stdout.splitlines()
+
+
 def test_the_result_comes_back_from_another_process() -> None:
-    with forked(lambda: (os.getpid(), {"hosts": ["node-1"]})) as child:
-        pid, result = child.join()
-    assert pid != os.getpid() and result == {"hosts": ["node-1"]}
+    [line] = in_a_fresh_process("""
+        with forked(lambda: (os.getpid(), {"hosts": ["node-1"]})) as child:
+            pid, result = child.join()
+        print(json.dumps([os.getpid(), pid, result]))
+    """)
+    parent, pid, result = json.loads(line)
+    assert pid != parent and result == {"hosts": ["node-1"]}
     assert not alive(pid)
 
 
 def test_an_input_error_crosses_with_its_problems_and_other_errors_with_their_message() -> None:
-    def bad_input() -> None:
-        raise InputError(["a: wrong", "b: missing"])
+    lines = in_a_fresh_process("""
+        def bad_input():
+            raise InputError(["a: wrong", "b: missing"])
 
-    def failed() -> None:
-        raise NarwhalError("host node-2: unreachable")
+        def failed():
+            raise NarwhalError("host node-2: unreachable")
 
-    with forked(bad_input) as child, pytest.raises(InputError) as raised:
-        child.join()
-    assert raised.value.problems == ["a: wrong", "b: missing"]
-    with forked(failed) as child, pytest.raises(NarwhalError, match=r"^host node-2: unreachable$"):
-        child.join()
+        for work in (bad_input, failed):
+            try:
+                with forked(work) as child:
+                    child.join()
+            except InputError as exc:
+                print(json.dumps(["input", exc.problems]))
+            except NarwhalError as exc:
+                print(json.dumps([type(exc).__name__, str(exc)]))
+    """)
+    assert [json.loads(line) for line in lines] == [
+        ["input", ["a: wrong", "b: missing"]], ["NarwhalError", "host node-2: unreachable"]
+    ]  # fmt: skip
 
 
 def test_leaving_without_the_result_kills_the_child(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
+    [line] = in_a_fresh_process(f"""
+        marker = {str(marker)!r}
 
-    def slow() -> None:
-        marker.write_text(str(os.getpid()))
-        time.sleep(60)
+        def slow():
+            with open(marker + ".part", "w") as f:
+                f.write(str(os.getpid()))
+            os.rename(marker + ".part", marker)
+            time.sleep(60)
 
-    with forked(slow):
-        wait_for(marker.exists, "the child started", 10)
-        pid = int(marker.read_text())
-        assert alive(pid)
+        with forked(slow):
+            deadline = time.monotonic() + 20
+            while not os.path.exists(marker) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            pid = int(open(marker).read())
+            running = os.path.exists(f"/proc/{{pid}}")
+        print(json.dumps([pid, running, os.path.exists(f"/proc/{{pid}}")]))  # reaped when the block ends
+    """)
+    pid, running, after = json.loads(line)
+    assert running and not after
     assert not alive(pid)
 
 

@@ -13,6 +13,7 @@ from helpers.local_hosts import CHECK, DEPLOYMENT, FAIL_FLAG, LocalFleet, local_
 
 from narwhal_assets.workflows.install import HostOutcome, InstallCommands
 from narwhal_assets.workflows.lease import LeaseRequest, OperationLease
+from narwhal_assets.workflows.pool import ConnectionPool
 from narwhal_assets.workflows.rollout import LeaseConflict, Progress, RolloutPlan, rollout
 
 COMMANDS = InstallCommands(install="true", check=CHECK)
@@ -92,3 +93,17 @@ def test_leases_are_taken_in_host_id_order_all_or_none_with_connections_bounded(
     with pytest.raises(LeaseConflict, match=r"held: bob@elsewhere \(install, since , expires in \d+ s\): \"hotfix\""):
         run(fleet, RolloutPlan(max_parallel=2))
     assert fleet.connector.peak <= 3 and fleet.connector.open_now == 0, "max_parallel + 1 at most, all closed"
+
+
+def test_the_pool_keeps_a_connection_for_the_next_step_but_none_given_back_after_it_closed(tmp_path: Path) -> None:
+    fleet = local_fleet(tmp_path, 2)
+    pool = ConnectionPool(fleet.connector, fleet.settings, capacity=2)
+    first, second = fleet.entries
+    with pool.connection(first):
+        pass
+    with pool.connection(first):
+        pass
+    assert pool.opened == 1 and fleet.connector.open_now == 1, "the host's next step reused its connection"
+    with pool.connection(second):
+        pool.close()  # a step still running when the operation ends (a renewal, a cancelled host)
+    assert fleet.connector.open_now == 0, "given back after close: closed, not kept where nobody closes it"
