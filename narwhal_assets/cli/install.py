@@ -18,7 +18,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.errors import InputError, RolloutFailed
 from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE  # the standard library only: --help stays fast
 
 if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast --help)
@@ -56,7 +56,6 @@ def rollback(args: argparse.Namespace) -> int:
 
 def run_fleet(args: argparse.Namespace, mode: Mode, command: str) -> int:
     """One `install_job` run over the selected hosts' partitions; one line per host; exit 1 when a host failed."""
-    from narwhal_assets.defs.installation.assets import RolloutFailed
     from narwhal_assets.defs.keys import INSTALLATION
     from narwhal_assets.defs.names import DEPLOYMENT_TAG, INSTALL_JOB, REVISION_TAG
     from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME, partition_span

@@ -30,7 +30,7 @@ from contextlib import suppress
 from pathlib import Path
 from types import FrameType
 
-from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.errors import InputError, UiStopped
 
 COMMAND = "ui"
 DEFAULT_PORT = 3000
@@ -44,10 +44,6 @@ READY_S = 180.0  # Dagster's first start imports the code location in three proc
 GRACE_S = 8.0  # after the interrupt, before SIGKILL
 GONE_S = 5.0  # after SIGKILL, for the kernel to reap the group
 TAIL_BYTES = 3000
-
-
-class UiStopped(NarwhalError):
-    """Dagster stopped by itself (a port taken meanwhile, a broken instance); the log's end says why."""
 
 
 def port(text: str) -> int:

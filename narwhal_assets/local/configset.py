@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import PublishError
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir, exclusive_lock, write_private
 
@@ -35,10 +35,6 @@ PUBLISH_LOCK = ".publish.lock"
 # PUBLISHED lists the run directories whose sets this process published (for the final report).
 PUBLISHING = threading.Lock()
 PUBLISHED: list[Path] = []
-
-
-class PublishError(NarwhalError):
-    """The new set could not be published; the previous set is in place."""
 
 
 class Step(BaseModel):

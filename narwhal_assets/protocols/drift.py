@@ -10,17 +10,13 @@ from typing import Any
 from narwhal_assets.core.discovery.drift import DriftSnapshot, FileStat, ModelStat, fabric_addresses
 from narwhal_assets.core.discovery.observations import Gpu, HostObservation
 from narwhal_assets.core.display import printable
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import DriftProbeError
 from narwhal_assets.host import program_source
 from narwhal_assets.host.probe import IP_ARGV, NVIDIA_SMI_ARGV
 from narwhal_assets.protocols.probe_report import parse_docker_inspect, parse_ip_json, parse_nvidia_smi
 
 OUTPUT_LIMIT = 64 << 20
 SCHEMA = "narwhal.drift-probe"
-
-
-class DriftProbeError(NarwhalError):
-    """The drift probe's output is unusable; the message names the host."""
 
 
 def drift_source() -> str:

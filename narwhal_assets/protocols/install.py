@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from narwhal_assets.core.deployment.manifest import DEPLOYMENT_ID_RE
 from narwhal_assets.core.display import printable
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import ReportError
 from narwhal_assets.host import program_source
 from narwhal_assets.protocols.lease import LeaseState, lease_source
 
@@ -147,10 +147,6 @@ class InstallReport(BaseModel):
     @classmethod
     def _printable_reasons(cls, value: dict[str, str]) -> dict[str, str]:
         return {name: terminal_safe(reason) for name, reason in value.items()}
-
-
-class ReportError(NarwhalError):
-    """The host's answer was not an installer report (the installer did not run or was cut off)."""
 
 
 def terminal_safe(text: str) -> str:

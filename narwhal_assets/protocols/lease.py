@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from narwhal_assets.core.display import printable
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import LeaseReportError
 from narwhal_assets.host import program_source
 
 REPORT_LIMIT = 64 * 1024
@@ -111,10 +111,6 @@ class LeaseReport(LeaseState):
     @classmethod
     def _printable_message(cls, value: str | None) -> str | None:
         return None if value is None else printable(value, 512)
-
-
-class LeaseReportError(NarwhalError):
-    """The host's answer was not a lease report."""
 
 
 def lease_source() -> str:

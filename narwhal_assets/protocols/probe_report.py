@@ -35,7 +35,7 @@ from narwhal_assets.core.discovery.observations import (
     RdmaPort,
 )
 from narwhal_assets.core.display import printable, printable_block
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import ProbeOutputError
 from narwhal_assets.core.records import IMAGE_ID_RE, SHA256_RE
 from narwhal_assets.core.roles import engine_number
 
@@ -56,7 +56,6 @@ MAX_PROBLEMS = 20
 LINE_LIMIT = 400
 
 __all__ = [
-    "ProbeOutputError",
     "command_log",
     "duplicates",
     "parse_docker_inspect",
@@ -70,18 +69,6 @@ __all__ = [
     "parse_rdma_devices",
     "render_command_log",
 ]
-
-
-class ProbeOutputError(NarwhalError):
-    """Every problem in one host's probe output, plus its command log so the caller can still save it.
-
-    What a host printed is a host failure, never bad input from the operator: it is not an InputError.
-    """
-
-    def __init__(self, problems: Iterable[str], log: list[dict[str, Any]]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
-        self.command_log = log
 
 
 def host_problems(host_id: str, problems: list[str]) -> list[str]:

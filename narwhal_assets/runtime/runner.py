@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import NarwhalError, StorageError
 from narwhal_assets.defs.names import COMMAND_TAG
 from narwhal_assets.local import collector, configset
 from narwhal_assets.local.privatefiles import ensure_private_dir, exclusive_lock, write_private
@@ -94,10 +94,6 @@ def _is_ours(text: str) -> bool:
 # Console output of in-process runs: only the CLI's own lines and errors reach the operator.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 EXIT_SIGNAL_BASE = 128
-
-
-class StorageError(NarwhalError):
-    """Dagster's own storage failed (disk full, database down); says whether the config set was published."""
 
 
 def operator_instance(root: Path) -> dg.DagsterInstance:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from narwhal_assets.core.display import printable
-from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.errors import OpenSshRefused
 from narwhal_assets.ssh.tokens import LocalAccount
 
 SSH = "ssh"
@@ -100,10 +100,6 @@ class Answer:
 
     def all(self, key: str) -> tuple[str, ...]:
         return self.options.get(key, ())
-
-
-class OpenSshRefused(InputError):
-    """OpenSSH refused the config (or did not answer in time); the message names the config file."""
 
 
 def ask(query: Query, timeout: float | None = None) -> Answer:

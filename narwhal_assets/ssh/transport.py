@@ -39,7 +39,7 @@ from typing import TypeVar
 import paramiko
 
 from narwhal_assets.core.display import printable
-from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.errors import InputError, NarwhalError, SshFailure
 from narwhal_assets.host import program_source
 from narwhal_assets.ssh import identities
 from narwhal_assets.ssh.destination import Endpoint, resolve_endpoint
@@ -69,10 +69,6 @@ AEAD_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 PROXY_EXIT_WAIT_S = 0.5  # how long a failed handshake waits for its ProxyCommand's exit status, for the message
 # ssh -G option -> paramiko's SecurityOptions attribute
 SECURITY_OPTIONS = {"ciphers": "ciphers", "kexalgorithms": "kex", "macs": "digests", "hostkeyalgorithms": "key_types"}
-
-
-class SshFailure(NarwhalError):
-    """A host could not be reached or used; the message names host id, address and cause."""
 
 
 @dataclass(frozen=True)

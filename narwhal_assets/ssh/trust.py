@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import HostKeyChanged, HostKeyError, HostKeyRevoked, HostKeyUnknown
 from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir, exclusive_lock, write_private
 from narwhal_assets.ssh.sshkey import KEY_NAMES, KeyProblem, PublicKey, b64_pton, read_key
 from narwhal_assets.ssh.sshkey import fingerprint_of as fingerprint_of  # part of this module's API
@@ -90,22 +90,6 @@ class Verdict:
 
     outcome: str
     fingerprint: str
-
-
-class HostKeyError(NarwhalError):
-    """The host could not be authenticated; never retried with weaker checking."""
-
-
-class HostKeyUnknown(HostKeyError):
-    pass
-
-
-class HostKeyChanged(HostKeyError):
-    pass
-
-
-class HostKeyRevoked(HostKeyError):
-    pass
 
 
 def format_address(host: str, port: int) -> str:

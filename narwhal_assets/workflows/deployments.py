@@ -24,14 +24,14 @@ from narwhal_assets.core.deployment.prune import (
     prepared_runs_to_remove,
 )
 from narwhal_assets.core.display import printable
-from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.errors import HostInstallFailure, InputError, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.protocols.install import MESSAGE_LIMIT, DeploymentEntry, Gate, InstallReport
 from narwhal_assets.ssh.access import host_access
 from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE, over_hosts
 from narwhal_assets.ssh.transport import Connector
-from narwhal_assets.workflows.install import HostInstallFailure, acquire_and_call, call_installer, install_files
+from narwhal_assets.workflows.install import acquire_and_call, call_installer, install_files
 from narwhal_assets.workflows.lease import OperationLease
 
 RUNS_LIMIT = 1000  # prepared runs read from the workstation's deployment directory

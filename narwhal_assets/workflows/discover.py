@@ -24,7 +24,15 @@ from narwhal_assets.core.discovery.manifest import CONFIG_FORMAT, MANIFEST_FILE,
 from narwhal_assets.core.discovery.observations import CheckpointDigest, HostObservation
 from narwhal_assets.core.discovery.retention import KEEP_RUNS_VARIABLE, keep_runs
 from narwhal_assets.core.display import printable, printable_block
-from narwhal_assets.core.errors import HostFailure, InputError, NarwhalError, Problems, raise_if, raise_together
+from narwhal_assets.core.errors import (
+    HostFailure,
+    InputError,
+    NarwhalError,
+    ProbeOutputError,
+    Problems,
+    raise_if,
+    raise_together,
+)
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Layer, Settings
 from narwhal_assets.core.jsonfile import render_json
@@ -46,7 +54,7 @@ from narwhal_assets.local.checkpoint_store import load_checkpoint, prune_discove
 from narwhal_assets.local.configset import publish_files, publish_lock
 from narwhal_assets.local.privatefiles import ensure_private_dir, sha256_file, write_private
 from narwhal_assets.protocols.probe import previous_hashes, probe_script
-from narwhal_assets.protocols.probe_report import ProbeOutputError, parse_probe_output, render_command_log
+from narwhal_assets.protocols.probe_report import parse_probe_output, render_command_log
 from narwhal_assets.ssh.access import host_access, host_accesses
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.transport import Connector, HostConnection

@@ -26,7 +26,7 @@ from narwhal_assets.core.deployment.manifest_check import (
 )
 from narwhal_assets.core.deployment.role_env import RoleSources
 from narwhal_assets.core.deployment.staleness import changed_settings
-from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.errors import HostInstallFailure, InputError, NarwhalError, ReportError
 from narwhal_assets.core.inputs.inventory import Inventory
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local.checkout import missing_run_problem
@@ -36,7 +36,6 @@ from narwhal_assets.protocols.install import (
     Gate,
     InstallFile,
     InstallReport,
-    ReportError,
     install_stream,
     installer_script,
     installer_source,
@@ -125,16 +124,6 @@ class HostOutcome:
         if self.mode == "activate":  # a rollback: staging only verified what was there
             return f"{self.activation}{was} (verified, {self.seconds:.2f} s)"
         return f"{self.outcome}, {self.activation}{was} ({sent})"
-
-
-class HostInstallFailure(NarwhalError):
-    """A host stopped at a gate; its content on the host was left as it was."""
-
-    def __init__(self, host_id: str, gate: str, message: str, outcome: HostOutcome | None = None) -> None:
-        super().__init__(f"host {host_id}: failed at gate {gate!r}: {message}")
-        self.gate = gate
-        self.message = message
-        self.outcome = outcome
 
 
 def open_prepared_run(settings: Settings, inventory: Inventory, run_dir: Path) -> PreparedRun:

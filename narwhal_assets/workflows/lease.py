@@ -23,19 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from narwhal_assets.core.deployment.manifest import REMOTE_BASE
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import LeaseError, LeaseReportError, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.host.installer import boot_id, start_ticks
 from narwhal_assets.protocols.install import BOOTSTRAP, install_stream
-from narwhal_assets.protocols.lease import (
-    LeaseHolder,
-    LeaseReport,
-    LeaseReportError,
-    LeaseState,
-    lease_script,
-    parse_lease_report,
-)
+from narwhal_assets.protocols.lease import LeaseHolder, LeaseReport, LeaseState, lease_script, parse_lease_report
 from narwhal_assets.ssh.access import host_access
 from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE, over_hosts
 from narwhal_assets.ssh.transport import Connector, HostConnection
@@ -52,10 +45,6 @@ LEASE_BOUNDS = (2.0, 86400.0)
 RENEW_FRACTION = 3  # each host's lease is renewed once a third of it has passed
 MESSAGE_LIMIT = 512  # bytes of `--message`; one line (docs/install.md)
 PARALLEL = HOSTS_AT_ONCE
-
-
-class LeaseError(NarwhalError):
-    """A host's lease belongs to another operation, is stuck, or could not be read or changed."""
 
 
 def lease_seconds(settings: Settings) -> float:

@@ -7,7 +7,7 @@ that cannot be reached is reported as not checked; neither is retried here.
 from __future__ import annotations
 
 from narwhal_assets.core.discovery.drift import HOST_KEY, INVENTORY, Change, DriftReport, DriftSnapshot, compare_host
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import HostKeyError, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.core.launch.policy import parse_interface, resolve_engine_field
@@ -15,7 +15,6 @@ from narwhal_assets.host import STDIN_PROGRAM
 from narwhal_assets.protocols.drift import drift_script, parse_drift_output
 from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.transport import Connector, HostConnection
-from narwhal_assets.ssh.trust import HostKeyError
 from narwhal_assets.workflows.discover import DiscoveryRun
 
 DRIFT_TIMEOUT_S = 45.0  # under Dagster's 60 s sensor evaluation limit (DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS)

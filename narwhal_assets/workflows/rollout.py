@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from narwhal_assets.core.deployment.manifest import PreparedRun
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import LeaseConflict, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.protocols.install import Gate, InstallReport
@@ -49,17 +49,13 @@ from narwhal_assets.workflows.install import (
     inspect_host,
     stage_host,
 )
-from narwhal_assets.workflows.lease import LeaseError, OperationLease, Renewer, lease_call, release_all
+from narwhal_assets.workflows.lease import OperationLease, Renewer, lease_call, release_all
 from narwhal_assets.workflows.pool import ConnectionPool
 
 ActivatePolicy = Literal["all", "each", "none"]
 T = TypeVar("T")
 R = TypeVar("R")
 DEFAULT_PARALLEL = HOSTS_AT_ONCE
-
-
-class LeaseConflict(LeaseError):
-    """Another operation holds (or a stuck record blocks) the lease on a selected host: nothing was changed."""
 
 
 @dataclass(frozen=True)

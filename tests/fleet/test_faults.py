@@ -25,12 +25,13 @@ from helpers.faults import GUARD, KEEPALIVE_LOST, STALL, gone, host_tool, starte
 from helpers.files import read_json, snapshot
 from helpers.fleet_checkout import make_checkout
 
+from narwhal_assets.core.errors import SshFailure
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.host import STDIN_PROGRAM
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.protocols.install import BOOTSTRAP
 from narwhal_assets.ssh.access import host_accesses, make_connector
-from narwhal_assets.ssh.transport import DEFAULT_OUTPUT_LIMIT, HostConnection, SshFailure
+from narwhal_assets.ssh.transport import DEFAULT_OUTPUT_LIMIT, HostConnection
 from narwhal_assets.ssh.trust import TrustMode
 
 FAST_ALIVE = {"NARWHAL_SSH_ALIVE_INTERVAL": "1", "NARWHAL_SSH_ALIVE_COUNT": "3"}

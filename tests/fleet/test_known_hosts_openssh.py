@@ -27,15 +27,9 @@ import paramiko
 import pytest
 from helpers.sshkeys import Key, hashed, make_key, sign_host
 
+from narwhal_assets.core.errors import HostKeyChanged, HostKeyRevoked, HostKeyUnknown
 from narwhal_assets.ssh.transport import Connector, HostAccess
-from narwhal_assets.ssh.trust import (
-    HostKey,
-    HostKeyChanged,
-    HostKeyRevoked,
-    HostKeyUnknown,
-    KnownHostsStore,
-    TrustMode,
-)
+from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode
 
 pytestmark = [pytest.mark.fleet, pytest.mark.filterwarnings("ignore::narwhal_assets.ssh.trust.KnownHostsLineIgnored")]
 

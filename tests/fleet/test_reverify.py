@@ -20,9 +20,10 @@ from fleetsim import SimFleet
 from helpers.deploy_hosts import cli
 from helpers.install import install, manifest_of, outcomes, remote_dir
 
+from narwhal_assets.core.errors import RolloutFailed
 from narwhal_assets.definitions import defs
 from narwhal_assets.defs.deployment.assets import prepare_deployment
-from narwhal_assets.defs.installation.assets import RolloutFailed, host_installation
+from narwhal_assets.defs.installation.assets import host_installation
 from narwhal_assets.defs.installation.checks import CHECK_NAME, evaluate_installed, installation_outdated_sensor
 from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.schedules import reverify_installed_hosts

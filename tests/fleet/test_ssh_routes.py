@@ -34,7 +34,8 @@ from helpers.fleet_checkout import MODEL, MODEL_CONFIG, MODEL_DIR, WEIGHTS
 from helpers.git_repo import git_checkout
 from helpers.install import OFFLINE_CHECK, SLOW_INSTALL, install, outcomes
 
-from narwhal_assets.ssh.transport import Connector, HostAccess, SshFailure
+from narwhal_assets.core.errors import SshFailure
+from narwhal_assets.ssh.transport import Connector, HostAccess
 from narwhal_assets.ssh.trust import KnownHostsStore, TrustMode
 
 ROLES = {"router": "bast-node", "engine-1": "pc-node", "engine-2": "hopbox-node", "engine-3": "jt-node",

@@ -24,14 +24,13 @@ import pytest
 from fleetsim import SimFleet
 
 from narwhal_assets.cli.main import main
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import NarwhalError, SshFailure
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.runtime.runner import run_job
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.openssh import openssh_command
-from narwhal_assets.ssh.transport import SshFailure
 from narwhal_assets.ssh.trust import KnownHostsStore, TrustMode
 
 PASSWORD = "pw-SENTINEL-7f3a9c"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from narwhal_assets.core.errors import PublishError
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local import configset
 
@@ -68,7 +69,7 @@ def test_a_failure_at_any_replace_keeps_the_previous_set(
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises((configset.PublishError, PermissionError)) as info, configset.publish_lock(settings):
+    with pytest.raises((PublishError, PermissionError)) as info, configset.publish_lock(settings):
         configset.publish_files(settings, tmp_path / "runs/discovery/run-2", new)
     assert without_locks(state(tmp_path)) == expected(tmp_path, old)
     if failing_call > 1:
@@ -128,7 +129,7 @@ def test_a_recovery_that_cannot_complete_rolls_back(tmp_path: Path, monkeypatch:
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(configset.PublishError, match="could not be completed and was rolled back"):
+    with pytest.raises(PublishError, match="could not be completed and was rolled back"):
         configset.recover_publish(settings)
     files = without_locks(state(tmp_path))
     assert {n: d for n, d in files.items() if not n.endswith(".new")} == expected(tmp_path, old)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from narwhal_assets.protocols.install import ENTRY_LIMIT, ReportError, parse_install_report
+from narwhal_assets.core.errors import ReportError
+from narwhal_assets.protocols.install import ENTRY_LIMIT, parse_install_report
 from narwhal_assets.workflows.install import HostOutcome
 
 ID = "0123456789abcdef0123456789abcdef"

@@ -17,13 +17,10 @@ from helpers.sshkeys import Key, hashed, make_key, sign_host
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from narwhal_assets.core.errors import HostKeyChanged, HostKeyError, HostKeyRevoked, HostKeyUnknown
 from narwhal_assets.ssh.sshkey import KeyProblem, parse_blob
 from narwhal_assets.ssh.trust import (
     HostKey,
-    HostKeyChanged,
-    HostKeyError,
-    HostKeyRevoked,
-    HostKeyUnknown,
     KnownHostsLineIgnored,
     KnownHostsStore,
     StagedKey,

@@ -12,10 +12,9 @@ import pytest
 
 from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import CheckpointDigest, CheckpointFile
-from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.errors import InputError, NarwhalError, ProbeOutputError
 from narwhal_assets.protocols.probe_report import (
     MAX_PROBLEMS,
-    ProbeOutputError,
     command_log,
     duplicates,
     parse_ip_json,

@@ -23,11 +23,11 @@ from helpers.readme import tree_digest_command
 
 from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import CheckpointFile
-from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.errors import InputError, ProbeOutputError
 from narwhal_assets.host import STDIN_PROGRAM
 from narwhal_assets.host import probe as probe_module
 from narwhal_assets.protocols.probe import previous_hashes, probe_params, probe_script, probe_source
-from narwhal_assets.protocols.probe_report import ProbeOutputError, parse_probe_output
+from narwhal_assets.protocols.probe_report import parse_probe_output
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NVIDIA_FIXTURE = FIXTURES / "nvidia-smi-query-h200x8.csv"

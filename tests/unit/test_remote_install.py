@@ -12,11 +12,9 @@ from pathlib import Path
 import pytest
 from helpers.installer_host import ROLE_FILE, Host, make_source
 
+from narwhal_assets.core.errors import ReportError
 from narwhal_assets.host.installer import files_sha256
-from narwhal_assets.protocols.install import (
-    ReportError,
-    parse_install_report,
-)
+from narwhal_assets.protocols.install import parse_install_report
 
 
 @pytest.fixture

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from helpers.local_hosts import CHECK, DEPLOYMENT, FAIL_FLAG, LocalFleet, local_fleet
 
+from narwhal_assets.core.errors import LeaseConflict
 from narwhal_assets.workflows.install import HostOutcome, InstallCommands
 from narwhal_assets.workflows.lease import LeaseRequest, OperationLease
 from narwhal_assets.workflows.pool import ConnectionPool
-from narwhal_assets.workflows.rollout import LeaseConflict, Progress, RolloutPlan, rollout
+from narwhal_assets.workflows.rollout import Progress, RolloutPlan, rollout
 
 COMMANDS = InstallCommands(install="true", check=CHECK)
 

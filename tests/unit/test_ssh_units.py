@@ -14,21 +14,12 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.errors import HostKeyChanged, HostKeyRevoked, HostKeyUnknown, InputError
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.ssh.access import make_connector, transport_bounds
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.openssh import MAX_PASSWORD_BYTES, openssh_command
-from narwhal_assets.ssh.trust import (
-    HostKey,
-    HostKeyChanged,
-    HostKeyRevoked,
-    HostKeyUnknown,
-    KnownHostsStore,
-    TrustMode,
-    fingerprint_of,
-    host_pattern,
-)
+from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode, fingerprint_of, host_pattern
 
 
 def keypair(tmp_path: Path, name: str) -> HostKey:

@@ -13,8 +13,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from narwhal_assets.core.errors import InputError
-from narwhal_assets.ssh.transport import Connector, HostAccess, SshFailure
+from narwhal_assets.core.errors import InputError, SshFailure
+from narwhal_assets.ssh.transport import Connector, HostAccess
 from narwhal_assets.ssh.trust import KnownHostsStore, TrustMode
 
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import dagster as dg
 
 from narwhal_assets.core.deployment.manifest import PreparedRun
-from narwhal_assets.core.errors import NarwhalError
+from narwhal_assets.core.errors import NarwhalError, RolloutFailed
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.defs.installation.checks import evaluate_installed
 from narwhal_assets.defs.installation.prepared import checked_prepared_run
@@ -149,10 +149,6 @@ def install_fleet(
     if failed or untouched:
         raise RolloutFailed(f"{len(failed)} of {len(entries)} hosts failed" + (f" ({', '.join(failed)})" if failed
                             else "") + (f"; not staged: {', '.join(untouched)}" if untouched else ""))  # fmt: skip
-
-
-class RolloutFailed(NarwhalError):
-    """At least one host failed or was not staged; every host's outcome is in the run's events."""
 
 
 def _host_event(
