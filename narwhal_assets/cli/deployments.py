@@ -18,36 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from narwhal_assets.cli.install import add_selection
-from narwhal_assets.core.errors import InputError, NarwhalError
 
 if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast --help)
     from dagster import DagsterInstance
 
-    from narwhal_assets.core.deployment.manifest import PreparedRun
-    from narwhal_assets.core.inputs.inventory import HostEntry
-    from narwhal_assets.local.checkout import Checkout
-    from narwhal_assets.ssh.transport import Connector
-    from narwhal_assets.workflows.deployments import HostStatus
+    from narwhal_assets.workflows.status import HostStatus
 
 EXIT_FAILED = 1
-SHORT = 12
 DEFAULT_KEEP = 5  # prune's retention when --keep is not given (README)
-
-
-def _short(value: str | None) -> str:
-    return (value or "-")[:SHORT]
-
-
-def _read(args: argparse.Namespace) -> tuple[Checkout, list[HostStatus], list[PreparedRun]]:
-    """The checkout, every selected host's status (in inventory order) and the workstation's prepared runs."""
-    from narwhal_assets.defs.resources import SshSettings
-    from narwhal_assets.local.checkout import Checkout
-    from narwhal_assets.ssh.trust import TrustMode
-
-    checkout = Checkout.open(args.root)
-    entries = checkout.select(args.host or (), args.role or ())
-    statuses, runs = _read_hosts(checkout, entries, SshSettings().connector(checkout.settings, TrustMode.STRICT))
-    return checkout, statuses, runs
 
 
 def status(args: argparse.Namespace) -> int:
@@ -60,7 +38,10 @@ def status(args: argparse.Namespace) -> int:
 
     checkout = Checkout.open(args.root)
     entries = checkout.select(args.host or (), args.role or ())
-    with forked(lambda: _read_hosts(checkout, entries)) as hosts:
+    # After the input is checked; loaded here, not in the child, because this process unpickles its result.
+    from narwhal_assets.workflows.status import read_hosts
+
+    with forked(lambda: read_hosts(checkout, entries)) as hosts:
         instance, record_statuses = _status_instance(args.root, checkout.inventory.host_ids())
         statuses, _ = hosts.join()
     drifted, interrupted, evaluation = record_statuses(instance, statuses)
@@ -78,20 +59,6 @@ def status(args: argparse.Namespace) -> int:
     return EXIT_FAILED if problems else 0
 
 
-def _read_hosts(
-    checkout: Checkout, entries: list[HostEntry], connector: Connector | None = None
-) -> tuple[list[HostStatus], list[PreparedRun]]:
-    """Every selected host's status (over `connector`, else a strict one with the transport's own bounds)
-    and the workstation's prepared runs."""
-    from narwhal_assets.ssh.access import make_connector
-    from narwhal_assets.ssh.trust import TrustMode
-    from narwhal_assets.workflows.deployments import fleet_status, prepared_runs
-
-    connector = connector or make_connector(checkout.settings, TrustMode.STRICT)
-    runs = prepared_runs(checkout.settings)
-    return fleet_status(connector, checkout.settings, entries, runs), runs
-
-
 def _status_instance(root: Path, host_ids: list[str]) -> tuple[DagsterInstance, Callable[..., Any]]:
     """The instance with every host's partition, and the function that records statuses in it (Dagster is
     imported here, after the input was checked)."""
@@ -102,6 +69,8 @@ def _status_instance(root: Path, host_ids: list[str]) -> tuple[DagsterInstance, 
 
 
 def _print_table(statuses: list[HostStatus]) -> None:
+    from narwhal_assets.workflows.status import short
+
     print(f"{'HOST':<10} {'ROLES':<18} {'CURRENT':<12} {'REVISION':<12} {'STATE':<10} {'CHECK':<9} DIRECTORIES")
     for s in statuses:
         if s.error is not None:
@@ -109,72 +78,25 @@ def _print_table(statuses: list[HostStatus]) -> None:
             continue
         live = s.live
         revision = live.revision if live else None
-        print(f"{s.host_id:<10} {','.join(s.roles):<18} {_short(s.current):<12} {_short(revision):<12} "
+        print(f"{s.host_id:<10} {','.join(s.roles):<18} {short(s.current):<12} {short(revision):<12} "
               f"{(live.state if live else 'none'):<10} {(live.check if live else '-'):<9} {len(s.deployments)}")
         for d in s.deployments:
             mark = " (current)" if d.name == s.current else ""
-            print(f"  {d.name:<32} {d.state:<10} {d.check:<9} revision {_short(d.revision)}{mark}")
+            print(f"  {d.name:<32} {d.state:<10} {d.check:<9} revision {short(d.revision)}{mark}")
 
 
 def prune(args: argparse.Namespace) -> int:
-    """Each host removes under the operation's lease (taken and released in the same call): no install or
-    rollback moves `current` on a host while prune removes there."""
-    return _prune(args)
-
-
-def _prune(args: argparse.Namespace) -> int:
     from narwhal_assets.defs.resources import SshSettings
-    from narwhal_assets.protocols.install import terminal_safe
     from narwhal_assets.ssh.trust import TrustMode
-    from narwhal_assets.workflows.deployments import (
-        host_prune_plan,
-        prune_host,
-        remove_prepared_run,
-        workstation_prune_plan,
-    )
-    from narwhal_assets.workflows.lease import LeaseRequest, OperationLease, lease_seconds
+    from narwhal_assets.workflows.prune import prune
 
-    if args.keep < 1:
-        raise InputError(["--keep: must be 1 or more"])
-    checkout, statuses, runs = _read(args)
-    every_host = not args.host and not args.role
-    plans = {s.host_id: host_prune_plan(s, args.keep) for s in statuses if s.error is None}
-    failed = [f"host {s.host_id}: {s.error}" for s in statuses if s.error is not None]
-    verb = "would remove" if args.dry_run else "removing"
-    for s in statuses:
-        for name in plans.get(s.host_id, []):
-            entry = s.entry(name)
-            print(f"  {s.host_id:<10} {verb} ~/Narwhal-deploy/{name} ({entry.state if entry else '?'}, revision "
-                  f"{_short(entry.revision if entry else None)})")  # fmt: skip
-    removed: dict[str, list[str]] = dict(plans) if args.dry_run else {}
-    if not args.dry_run:
-        connector = SshSettings().connector(checkout.settings, TrustMode.STRICT)
-        entries = {e.id: e for e in checkout.inventory.hosts}
-        lease = OperationLease(LeaseRequest("prune"), lease_seconds(checkout.settings))
-        for host_id, plan in plans.items():
-            if not plan:
-                continue
-            try:
-                with lease.active():
-                    report = prune_host(connector, checkout.settings, entries[host_id], plan, lease)
-            except NarwhalError as exc:  # this host only; the others go on
-                failed.append(f"host {host_id}: prune failed: {terminal_safe(str(exc))}")
-                continue
-            removed[host_id] = list(report.removed)
-            for name, reason in report.kept.items():
-                print(f"  {host_id:<10} kept ~/Narwhal-deploy/{name}: {reason}")
-    doomed = workstation_prune_plan(runs, args.keep, statuses, removed) if every_host and not failed else []
-    for run in doomed:
-        print(f"  workstation {verb} {run.run_dir} (deployment {run.manifest.deployment_id})")
-        if not args.dry_run:
-            remove_prepared_run(run)
-    if not every_host or failed:
-        print("  workstation: prepared runs kept (only a status of every host tells which are unused)")
+    result = prune(args.root, args.host or (), args.role or (), args.keep, dry_run=args.dry_run,
+                   connect=lambda settings: SshSettings().connector(settings, TrustMode.STRICT), say=print)  # fmt: skip
     if args.dry_run:
         print("dry run: nothing was removed")
-    for problem in failed:
+    for problem in result.problems:
         print(f"deploy-hosts prune: {problem}", file=sys.stderr)
-    return EXIT_FAILED if failed else 0
+    return EXIT_FAILED if result.problems else 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
