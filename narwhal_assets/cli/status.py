@@ -1,11 +1,8 @@
-"""`deploy-hosts status` and `prune`: which deployment each host runs, and cleaning up (rollback: cli/install.py).
+"""`deploy-hosts status`: which deployment each host runs (read-only; rollback: cli/install.py, prune: cli/prune.py).
 
 `status` reads every selected host over one strict connection (read-only), records each host's live
 deployment as an observation of its `host_installation` partition and the drift check's evaluation, then
 prints a table (or `--json`); exit 1 when a host could not be read, something is tampered or drifting.
-`prune [--keep N]` (default 5; under each host's lease) removes old deployment
-directories on hosts (never `current`, never a locked one) and prepared runs on this workstation that no
-host holds any more; `--dry-run` only lists them.
 """
 
 from __future__ import annotations
@@ -25,10 +22,9 @@ if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast 
     from narwhal_assets.workflows.status import HostStatus
 
 EXIT_FAILED = 1
-DEFAULT_KEEP = 5  # prune's retention when --keep is not given (README)
 
 
-def status(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Check the input before Dagster is imported or the instance touched (bad input answers at once), then
     read the hosts in a forked child while this process loads Dagster and opens the instance, then record
     what they run. (Importing Dagster in a thread instead was measured: it competes with the SSH handshakes
@@ -85,30 +81,9 @@ def _print_table(statuses: list[HostStatus]) -> None:
             print(f"  {d.name:<32} {d.state:<10} {d.check:<9} revision {short(d.revision)}{mark}")
 
 
-def prune(args: argparse.Namespace) -> int:
-    from narwhal_assets.defs.resources import SshSettings
-    from narwhal_assets.ssh.trust import TrustMode
-    from narwhal_assets.workflows.prune import prune
-
-    result = prune(args.root, args.host or (), args.role or (), args.keep, dry_run=args.dry_run,
-                   connect=lambda settings: SshSettings().connector(settings, TrustMode.STRICT), say=print)  # fmt: skip
-    if args.dry_run:
-        print("dry run: nothing was removed")
-    for problem in result.problems:
-        print(f"deploy-hosts prune: {problem}", file=sys.stderr)
-    return EXIT_FAILED if result.problems else 0
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    st = sub.add_parser("status", help="which deployment each selected host runs (read-only)", description=__doc__)
-    add_selection(st)
-    st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
-    st.set_defaults(func=status)
-    pr = sub.add_parser("prune", help="remove old deployment directories on hosts and unused prepared runs",
-                        description=__doc__)  # fmt: skip
-    pr.add_argument("--keep", type=int, default=DEFAULT_KEEP, metavar="N", help="deployments kept per host "
-                    "(current included) and newest prepared runs kept on this workstation (default "
-                    f"{DEFAULT_KEEP}: the current one and four to roll back to)")  # fmt: skip
-    pr.add_argument("--dry-run", action="store_true", help="list what would be removed; change nothing")
-    add_selection(pr)
-    pr.set_defaults(func=prune)
+    parser = sub.add_parser("status", help="which deployment each selected host runs (read-only)",
+                            description=__doc__)  # fmt: skip
+    add_selection(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    parser.set_defaults(func=run)
