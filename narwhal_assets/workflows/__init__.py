@@ -1,1 +1,2 @@
-"""One module per operator action, without Dagster: discover, rediscover, prepare, install, deployments."""
+"""One module per operator action, without Dagster, named like its command where it has one: discover,
+rediscover, prepare, install, status, prune; and what they share (rollout, lease, pool, host_log)."""

@@ -45,8 +45,8 @@ from narwhal_assets.protocols.install import (
 )
 from narwhal_assets.ssh.access import make_connector
 from narwhal_assets.ssh.trust import TrustMode
-from narwhal_assets.workflows.deployments import HostStatus, host_status
 from narwhal_assets.workflows.install import open_prepared_run
+from narwhal_assets.workflows.status import HostStatus, host_status
 
 OTHER = "fedcba9876543210fedcba9876543210"
 

@@ -20,7 +20,7 @@ from narwhal_assets.defs.names import DEPLOYMENT_TAG, INSTALL_JOB
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME, RANGE_END_TAG, RANGE_START_TAG
 
 if TYPE_CHECKING:
-    from narwhal_assets.workflows.deployments import HostStatus
+    from narwhal_assets.workflows.status import HostStatus
 
 CHECK_NAME = "live_matches_installed"
 LIVE_KEY = "live_deployment_id"

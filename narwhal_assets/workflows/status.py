@@ -1,15 +1,13 @@
-"""Which deployment each host runs, and removing old ones (`deploy-hosts status` / `prune`).
+"""`deploy-hosts status`: which deployment each host runs, read over one strict connection per host.
 
-`status` is one strict connection per host running the installer's read-only `status` action: every entry of
-`~/Narwhal-deploy/`, which one `current` names, and for each deployment this workstation prepared (its file
-list is in that run's manifest) whether the host's files still match. `prune` plans from that status (pure
-rule in `core.deployment.prune`) and lets each host re-check under its lease and locks before removing
-anything. Rollback is `install_job` in `activate` mode (`install.activate_host`).
+Each host runs the installer's read-only `status` action: every entry of `~/Narwhal-deploy/`, which one
+`current` names, and for each deployment this workstation prepared (its file list is in that run's manifest)
+whether the host's files still match. `prune` plans from the same reading (`workflows/prune.py`); recording it
+in Dagster is `defs/installation/status.py`, since no workflow imports Dagster.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,25 +15,21 @@ from typing import Any
 
 from narwhal_assets.core.deployment.manifest import MANIFEST_FILE, REMOTE_BASE, PreparedRun
 from narwhal_assets.core.deployment.manifest_check import load_manifest
-from narwhal_assets.core.deployment.prune import (
-    HostDirectory,
-    PreparedRunInfo,
-    host_directories_to_remove,
-    prepared_runs_to_remove,
-)
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import HostInstallFailure, InputError, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.protocols.install import MESSAGE_LIMIT, DeploymentEntry, Gate, InstallReport
-from narwhal_assets.ssh.access import host_access
+from narwhal_assets.ssh.access import host_access, make_connector
 from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE, over_hosts
 from narwhal_assets.ssh.transport import Connector
-from narwhal_assets.workflows.install import acquire_and_call, call_installer, install_files
-from narwhal_assets.workflows.lease import OperationLease
+from narwhal_assets.ssh.trust import TrustMode
+from narwhal_assets.workflows.install import call_installer, install_files
 
 RUNS_LIMIT = 1000  # prepared runs read from the workstation's deployment directory
 PARALLEL = HOSTS_AT_ONCE
+SHORT = 12  # characters of a deployment id or revision in a table or a prune line
 
 
 @dataclass
@@ -106,7 +100,7 @@ def known_deployments(host_id: str, runs: Sequence[PreparedRun]) -> dict[str, di
 
 
 def call_host(connector: Connector, settings: Settings, entry: HostEntry, params: dict[str, Any]) -> InstallReport:
-    """One strict connection, one read-only or pruning installer action; failures are `NarwhalError`s."""
+    """One strict connection, one installer action that takes no lease; failures are `NarwhalError`s."""
     with connector.connect(host_access(settings, entry)) as connection:
         return call_installer(connection, None, {"remote_base": REMOTE_BASE, **params}, [])
 
@@ -137,36 +131,15 @@ def fleet_status(
     return over_hosts(entries, lambda entry: host_status(connector, settings, entry, runs), PARALLEL)
 
 
-def host_prune_plan(status: HostStatus, keep: int) -> list[str]:
-    """What `prune --keep` removes on this host (the host re-checks current and locks before it does)."""
-    directories = [HostDirectory(d.name, d.state, d.installed_at, d.name == status.current)
-                   for d in status.deployments]  # fmt: skip
-    return host_directories_to_remove(directories, keep)
+def read_hosts(
+    checkout: Checkout, entries: list[HostEntry], connector: Connector | None = None
+) -> tuple[list[HostStatus], list[PreparedRun]]:
+    """Every selected host's status (over `connector`, else a strict one with the transport's own bounds)
+    and the workstation's prepared runs."""
+    connector = connector or make_connector(checkout.settings, TrustMode.STRICT)
+    runs = prepared_runs(checkout.settings)
+    return fleet_status(connector, checkout.settings, entries, runs), runs
 
 
-def prune_host(
-    connector: Connector, settings: Settings, entry: HostEntry, remove: list[str], lease: OperationLease
-) -> InstallReport:
-    """One call that takes the operation's lease on the host, removes under it, and releases it: a host whose
-    lease another operation holds is refused (gate `lease`) and keeps everything."""
-    with connector.connect(host_access(settings, entry)) as connection:
-        return acquire_and_call(connection, None, {"remote_base": REMOTE_BASE, "action": "prune", "remove": remove},
-                                lease, "after")  # fmt: skip
-
-
-def workstation_prune_plan(
-    runs: Sequence[PreparedRun], keep: int, statuses: Sequence[HostStatus], removed: dict[str, list[str]]
-) -> list[PreparedRun]:
-    """Prepared runs to delete: not among the newest `keep`, their deployment left on no host (after the
-    host removals in `removed`), not `current` anywhere. Nothing while a host's status is unknown."""
-    if any(s.error is not None or s.truncated for s in statuses):
-        return []
-    present = {d.name for s in statuses for d in s.deployments if d.name not in removed.get(s.host_id, [])}
-    current = {s.current for s in statuses if s.current}
-    infos = [PreparedRunInfo(str(r.run_dir), r.manifest.deployment_id, r.manifest.created_at) for r in runs]
-    names = set(prepared_runs_to_remove(infos, keep, present, current))
-    return [r for r in runs if str(r.run_dir) in names]
-
-
-def remove_prepared_run(run: PreparedRun) -> None:
-    shutil.rmtree(run.run_dir)
+def short(value: str | None) -> str:
+    return (value or "-")[:SHORT]

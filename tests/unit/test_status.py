@@ -9,7 +9,7 @@ from narwhal_assets.defs.installation.status import live_matches_installed, reco
 from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.protocols.install import DeploymentEntry
-from narwhal_assets.workflows.deployments import HostStatus
+from narwhal_assets.workflows.status import HostStatus
 
 A, B = "a" * 32, "b" * 32
 
