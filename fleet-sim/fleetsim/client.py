@@ -2,12 +2,21 @@
 
 It trusts host keys only through its own known_hosts file with `accept-new`, the policy discovery
 uses, so a test sees exactly what a first connection and a changed key look like.
+
+Each ssh runs in a session of its own with its output in files, and its result is ready when ssh itself has
+exited: then what it started and left running (a ProxyJump hop, which ssh ends only by a SIGHUP that can be
+lost or ignored) is killed with the session. Pipes would wait for that hop too, up to the minutes its TCP
+connect can take behind a cut link.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +60,7 @@ class FleetSsh:
         ]  # fmt: skip
 
     def run(self, host: str, command: str, *options: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.argv(host, *options), command], capture_output=True, text=True, timeout=timeout, check=False
-        )
+        return run_session([*self.argv(host, *options), command], timeout)
 
     def run_password(self, host: str, command: str, password: str, *options: str) -> subprocess.CompletedProcess[str]:
         """Password login through `sshpass -d FD`: the secret travels in a pipe, never argv or environ."""
@@ -63,21 +70,50 @@ class FleetSsh:
         auth = ("-o", "BatchMode=no", "-o", "PubkeyAuthentication=no", "-o", "PreferredAuthentications=password",
                 "-o", "NumberOfPasswordPrompts=1")  # fmt: skip
         try:
-            return subprocess.run(
-                ["sshpass", f"-d{read_fd}", *self.argv(host, *auth, *options), command],
-                capture_output=True, text=True, timeout=30, check=False, pass_fds=(read_fd,),
-            )  # fmt: skip
+            return run_session(["sshpass", f"-d{read_fd}", *self.argv(host, *auth, *options), command], 30,
+                               pass_fds=(read_fd,))  # fmt: skip
         finally:
             os.close(read_fd)
 
     def run_all(self, commands: Sequence[tuple[str, str]]) -> list[subprocess.CompletedProcess[str]]:
         """Run (host, command) pairs concurrently; results in the same order."""
-        procs = [
-            subprocess.Popen([*self.argv(h), c], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for h, c in commands
-        ]
-        results = []
-        for proc in procs:
-            out, err = proc.communicate(timeout=60)
-            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-        return results
+        sessions = [Session([*self.argv(h), c]) for h, c in commands]
+        return [session.result(60) for session in sessions]
+
+
+class Session:
+    """One command in a session (and process group) of its own, stdout and stderr in files."""
+
+    def __init__(self, argv: list[str], pass_fds: Sequence[int] = ()) -> None:
+        self.argv = argv
+        self.out, self.err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115 (closed in result)
+        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err,
+                                        pass_fds=tuple(pass_fds), start_new_session=True)  # fmt: skip
+
+    def result(self, timeout: float) -> subprocess.CompletedProcess[str]:
+        """Wait until the command itself exits (not what it left running), kill its group, return its output;
+        `subprocess.TimeoutExpired` if it runs past `timeout` seconds (the group is killed then too)."""
+        pid, deadline = self.process.pid, time.monotonic() + timeout
+        try:
+            # WNOWAIT: the exited command stays a zombie, so its pid (the group's id) cannot be reused before
+            # the group is killed.
+            while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                if time.monotonic() >= deadline:
+                    raise subprocess.TimeoutExpired(self.argv, timeout)
+                time.sleep(0.02)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            returncode = self.process.wait()
+            texts = []
+            for file in (self.out, self.err):
+                file.seek(0)
+                texts.append(file.read().decode(errors="replace"))
+                file.close()
+        return subprocess.CompletedProcess(self.argv, returncode, texts[0], texts[1])
+
+
+def run_session(argv: list[str], timeout: float, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(argv, capture_output=True, text=True, timeout=timeout)`, but done when argv's process
+    exits, whatever it left running (which is killed)."""
+    return Session(argv, pass_fds).result(timeout)

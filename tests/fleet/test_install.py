@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import dagster as dg
 import pexpect
 import pytest
 from fleetsim import SimFleet, system
+from helpers.dagster_dev import as_an_operator_starts_it, stop_group
 from helpers.faults import GUARD, KEEPALIVE_LOST, gone, host_tool
 from helpers.files import assert_nowhere, source_env
 from helpers.fleet_checkout import DESTINATIONS, HOST_IDS, PASSWORD
@@ -444,7 +444,8 @@ def test_ui_backfill_over_all_partitions_installs_every_host(
     port = free_port()
     server = subprocess.Popen([str(bin_dir / "dagster"), "dev", "-w", str(repo / "workspace.yaml"), "-h",
                                "127.0.0.1", "-p", str(port)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                              stderr=subprocess.DEVNULL, start_new_session=True,
+                              preexec_fn=as_an_operator_starts_it)  # fmt: skip
     try:
         wait_for(lambda: _graphql(port, "{ version }") is not None, "the webserver", limit=300)
         launched = _graphql(port, LAUNCH_BACKFILL)
@@ -459,8 +460,7 @@ def test_ui_backfill_over_all_partitions_installs_every_host(
         answer = _graphql(port, BACKFILL_STATUS % json.dumps(backfill_id))
         assert answer is not None and answer["partitionBackfillOrError"]["status"] == "COMPLETED_SUCCESS", answer
     finally:
-        os.killpg(server.pid, signal.SIGINT)
-        server.wait(timeout=120)
+        stop_group(server)  # SIGTERM, then until no member is left (dagster dev's own bound is 2 x 60 s)
     for host_id in HOST_IDS.values():
         assert (remote_dir(fleet, host_id, tmp_path / "ui-run") / "installed").exists()
 

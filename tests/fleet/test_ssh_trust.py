@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -22,6 +23,8 @@ import dagster as dg
 import pexpect
 import pytest
 from fleetsim import SimFleet
+from helpers.dagster_dev import group_members
+from helpers.polling import wait_for
 
 from narwhal_assets.cli.main import main
 from narwhal_assets.core.errors import NarwhalError, SshFailure
@@ -236,10 +239,11 @@ def test_we_honour_hashed_and_bracketed_entries_written_by_openssh(
     forward = subprocess.Popen(
         ["ssh", "-F", str(fleet.ssh_config_path), "-o", f"UserKnownHostsFile={store}", "-o",
          "StrictHostKeyChecking=accept-new", "-o", "GlobalKnownHostsFile=/dev/null", "-o", "HashKnownHosts=yes",
-         "-o", "BatchMode=yes", "-N", "-L", f"127.0.0.1:{local_port}:{fleet.host('h4').fabric_address}:22", "h1"]
+         "-o", "BatchMode=yes", "-N", "-L", f"127.0.0.1:{local_port}:{fleet.host('h4').fabric_address}:22", "h1"],
+        start_new_session=True,  # its group is ended below, whatever it started
     )  # fmt: skip
     try:
-        wait_port(local_port)
+        wait_port(local_port, forward)
         config = tmp_path / "ssh_config"
         config.write_text(
             f"Include {fleet.ssh_config_path}\nHost h4-tunnel\n  HostName 127.0.0.1\n  Port {local_port}\n"
@@ -264,8 +268,7 @@ def test_we_honour_hashed_and_bracketed_entries_written_by_openssh(
         assert "node-4" in out and "node-1" in out
         assert store.read_bytes() == before
     finally:
-        forward.terminate()
-        forward.wait(timeout=10)
+        end_group(forward)
 
 
 def test_password_auth_keeps_the_password_out_of_argv_environ_and_logs(
@@ -385,21 +388,40 @@ def test_shell_for_a_password_host_opens_an_interactive_session(checkout: Path, 
     assert child.exitstatus == 0
 
 
-def test_tunnel_forwards_a_local_port_to_the_role_host(checkout: Path, fleet: SimFleet) -> None:
+@pytest.mark.parametrize("role", ["engine-4", "engine-3"])  # engine-3: h3, only through its bastion h1
+def test_tunnel_forwards_a_local_port_to_the_role_host(
+    checkout: Path, fleet: SimFleet, tmp_path: Path, role: str
+) -> None:
+    """The tunnel forwards; SIGTERM ends it promptly and leaves nothing running, its ProxyJump hop included,
+    even started as `nohup` would (SIGHUP ignored, which is how ssh ends a hop)."""
     enrol(checkout)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NARWHAL_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "narwhal_assets", "--root", str(checkout), "tunnel", "--role", "engine-4",
-         "--forward", f"{port}:22"], env=env, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    with (tmp_path / "tunnel.err").open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "narwhal_assets", "--root", str(checkout), "tunnel", "--role", role,
+             "--forward", f"{port}:22"], env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+        )  # fmt: skip
     try:
-        wait_port(port)
+        wait_port(port, proc)
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
             assert sock.recv(64).startswith(b"SSH-2.0-OpenSSH")
+        hops = [pid for pid in group_members(proc.pid) if b"\0-W\0" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(hops) == (role == "engine-3"), hops  # `ssh ... -W '[%h]:%p' h1` for h3 alone
+        proc.terminate()  # the tunnel alone: ending what it started is its own job
+        proc.wait(timeout=30)  # ssh -N exits 0 on SIGTERM
+        wait_for(lambda: not group_members(proc.pid), "the tunnel's ssh and hop to end", limit=30)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        end_group(proc)
+    assert "Traceback" not in (tmp_path / "tunnel.err").read_text()
+
+
+def end_group(process: subprocess.Popen[bytes]) -> None:
+    """Clean-up: SIGKILL whatever is left of the session `process` leads, and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
 
 
 def test_changed_key_on_a_bastion_refuses_the_host_behind_it(
@@ -419,15 +441,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_port(port: int, limit: float = 15) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+def wait_port(port: int, process: subprocess.Popen[bytes], limit: float = 120) -> None:
+    """Until `port` accepts a connection; fails at once if `process` (what should open it) exits."""
+
+    def opened() -> bool:
+        assert process.poll() is None, f"exited {process.returncode} before port {port} opened"
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
         except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"port {port} did not open")
+            return False
+        return True
+
+    wait_for(opened, f"port {port} to open", limit=limit)
 
 
 def test_a_key_that_needs_a_passphrase_is_skipped_for_the_next_identity(
