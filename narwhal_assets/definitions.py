@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,15 +25,8 @@ from narwhal_assets.defs.names import DISCOVERY_JOB, OWNERS, PREPARE_JOB
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings, default_root
 from narwhal_assets.defs.schedules import reverify_installed_hosts, weekly_full_rehash
 from narwhal_assets.defs.sensors import inventory_sensor, rediscovery_sensor
-from narwhal_assets.local.process_env import scrub_access_variables
+from narwhal_assets.local.process_env import make_process_private
 from narwhal_assets.workflows.rollout import Progress
-
-# Every process that loads this code location (dagster CLI, code server, run workers) creates Dagster's
-# storage and compute logs private, like every file the project writes.
-os.umask(0o077)
-# A password or destination a Dagster command copied from a `.env` into this process would reach every
-# process it starts; settings read `.env` itself, so the copy goes (named in a warning, never shown).
-scrub_access_variables(os.environ, Path(default_root()))
 
 DISCOVERY_ASSETS = [host_inventory, host_discovery, discovered_config]
 # Every asset says who owns it and links to its code (the UI's "Source" link): set here once for all of them.
@@ -95,4 +87,12 @@ def make_definitions(root: str = "", progress: Progress | None = None) -> dg.Def
     )
 
 
-defs = make_definitions()
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The code location as Dagster's tools load it (`-m narwhal_assets.definitions`: `dagster dev`, the code
+    server, every run worker), each process made private first: Dagster's storage and compute logs are
+    created private, and a password or destination a Dagster command copied from a `.env` into the
+    environment is removed before it reaches any process started from here (named in a warning, never
+    shown). Importing this module changes nothing."""
+    make_process_private(Path(default_root()))
+    return make_definitions()

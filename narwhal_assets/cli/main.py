@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from narwhal_assets.cli import access, discover, install, interactive, lock, pla
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.local import collector
+from narwhal_assets.local.process_env import make_process_private
 
 EXIT_FAILED = 1
 EXIT_INPUT = 2
@@ -30,9 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    os.umask(0o077)  # everything this process and its children create is private, Dagster's storage included
     args = build_parser().parse_args(argv)
     args.root = (args.root or Path.cwd()).resolve()
+    make_process_private(args.root)  # before anything is created or started
     try:
         with collector.paused_while_loading():
             return int(args.func(args))

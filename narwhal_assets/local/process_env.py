@@ -3,13 +3,16 @@
 `.env` is data: `deploy-hosts` reads it and never exports it. Dagster's own commands (`dagster dev`,
 `dagster-webserver`, `dg`) copy a `.env` in their working directory into their environment, and every code
 server and run worker they start inherits it, so a password or destination would sit in
-`/proc/<pid>/environ` of each. Whatever loads the code location calls `scrub_access_variables` first: a
+`/proc/<pid>/environ` of each. Every entry point (the command line, the code location as Dagster loads it)
+calls `make_process_private` first, which makes what the process creates private and calls
+`scrub_access_variables`: a
 `..._SSH_PASSWORD` variable, or any variable holding a destination the checkout's `.env` defines, is
 removed (settings read `.env` itself), and the operator is told which names were removed, never a value.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -54,3 +57,10 @@ def scrub_access_variables(environ: MutableMapping[str, str], root: Path) -> lis
             stacklevel=2,
         )
     return removed
+
+
+def make_process_private(root: Path) -> None:
+    """What every entry point does before anything else: files it and its children create are private
+    (umask 077, Dagster's storage included), and no management access is left in its environment."""
+    os.umask(0o077)
+    scrub_access_variables(os.environ, root)

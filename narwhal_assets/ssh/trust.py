@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import os
 import re
+import threading
 import warnings
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -337,6 +338,8 @@ class KnownHostsStore:
         self.path = path
         self.staged = staged
         self._pending: list[tuple[Subject, _Name, HostKey]] = []
+        self._staged_by_name: dict[bytes, list[PublicKey]] = {}  # pending keys by name: one lookup per host
+        self._staging = threading.Lock()  # hosts are verified in parallel; each check-and-stage is one step
 
     def keys_for(self, host: str, port: int, *, alias: str | None = None) -> list[HostKey]:
         """The keys that can be accepted for this host (plain or hashed names, patterns), in file order:
@@ -414,6 +417,7 @@ class KnownHostsStore:
             lines = self._new_lines(self._read_bytes(), [(s, n, _public(k)) for s, n, k in self._pending])
             self._append(lines)
         self._pending.clear()
+        self._staged_by_name.clear()
         return [_public(key).fingerprint for _, key in lines]
 
     def replace(
@@ -543,11 +547,14 @@ class KnownHostsStore:
     # -- enrolment --------------------------------------------------------------------------------------
 
     def _stage(self, subject: Subject, name: _Name, key: PublicKey) -> Verdict:
-        staged = [_public(k) for _, n, k in self._pending if n.primary.lower() == name.primary.lower()]
-        if staged and not any(key.equals(k) for k in staged):
-            raise self._refusal(subject, name, key, _Judgement(status="changed", recorded=staged))
-        if not staged:
-            self._pending.append((subject, name, HostKey.of(_plain_key(key))))
+        with self._staging:
+            staged = self._staged_by_name.setdefault(name.primary.lower(), [])
+            if staged and not any(key.equals(k) for k in staged):
+                raise self._refusal(subject, name, key, _Judgement(status="changed", recorded=list(staged)))
+            if not staged:
+                plain = HostKey.of(_plain_key(key))
+                self._pending.append((subject, name, plain))
+                staged.append(_public(plain))
         return Verdict("added", key.fingerprint)
 
     def _enrol(self, subject: Subject, name: _Name, key: PublicKey) -> Verdict:

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 
 from narwhal_assets.core.inputs.settings import Settings
-from narwhal_assets.definitions import defs
+from narwhal_assets.definitions import defs as code_location
 from narwhal_assets.defs.discovery.checks import (
     GENERATED_FILES,
     PRIVATE_CHECK,
@@ -15,6 +15,8 @@ from narwhal_assets.defs.discovery.checks import (
     private_modes_result,
 )
 from narwhal_assets.defs.resources import ManagementCheckout
+
+defs = code_location()  # the code location as Dagster loads it
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHRlY2hlY2sta2V5LWZvci10aGUtY2hlY2stdGVzdHMt"  # a well-formed key
 

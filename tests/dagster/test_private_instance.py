@@ -57,13 +57,13 @@ def test_plan_then_dagster_materialize_leave_only_private_files(tmp_path: Path) 
     done = run_with_umask_022([sys.executable, "-m", "narwhal_assets", "plan"], checkout, home)
     assert done.returncode == 0, done.stderr
     # Dagster's CLI needs the instance to exist: opened as deploy-hosts opens it, after the code location loads
-    opened = run_with_umask_022([sys.executable, "-c", "import pathlib, sys, narwhal_assets.definitions; from "
-                                 "narwhal_assets.runtime.runner import operator_instance; "
+    opened = run_with_umask_022([sys.executable, "-c", "import pathlib, sys, narwhal_assets.definitions as d; "
+                                 "d.defs(); from narwhal_assets.runtime.runner import operator_instance; "
                                  "operator_instance(pathlib.Path(sys.argv[1]))", str(checkout)], checkout, home)
     assert opened.returncode == 0, opened.stderr
     after_plan = stored_files(home)
 
-    # Dagster's own CLI against the same instance: the code location sets the umask when it is imported.
+    # Dagster's own CLI against the same instance: the code location sets the umask when Dagster loads it.
     done = run_with_umask_022(
         [str(DAGSTER), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "host_inventory"],
         checkout,

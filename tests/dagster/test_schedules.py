@@ -12,9 +12,11 @@ import dagster as dg
 import pytest
 
 from narwhal_assets.core.errors import InputError
-from narwhal_assets.definitions import defs
+from narwhal_assets.definitions import defs as code_location
 from narwhal_assets.defs.installation.checks import evaluate_installed, installation_outdated_sensor
 from narwhal_assets.defs.schedules import DEFAULT_REVERIFY_CRON, REVERIFY_CRON_VARIABLE, reverify_schedule
+
+defs = code_location()  # the code location as Dagster loads it
 
 
 @pytest.fixture

@@ -17,11 +17,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from narwhal_assets.definitions import defs, make_definitions
+from narwhal_assets.definitions import defs as code_location
+from narwhal_assets.definitions import make_definitions
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
 from narwhal_assets.defs.resources import ManagementCheckout
 from narwhal_assets.defs.schedules import weekly_full_rehash
 from narwhal_assets.defs.sensors import inventory_sensor
+
+defs = code_location()  # the code location as Dagster loads it
 
 REPO = Path(__file__).resolve().parents[2]
 DAGSTER = Path(sys.executable).parent / "dagster"

@@ -29,7 +29,7 @@ from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 from narwhal_assets.cli.main import main
 from narwhal_assets.core.deployment.manifest import DeploymentManifest
 from narwhal_assets.core.inputs.envfile import shell_quote
-from narwhal_assets.definitions import defs
+from narwhal_assets.definitions import defs as code_location
 from narwhal_assets.defs.deployment.assets import latest_out
 from narwhal_assets.defs.installation.assets import FLEET_COLUMNS
 from narwhal_assets.defs.installation.status import CHECK_NAME as LIVE_CHECK
@@ -37,6 +37,8 @@ from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, INSTALLATION
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME, host_partitions
 from narwhal_assets.local.privatefiles import write_private
 from narwhal_assets.runtime.runner import DAGSTER_HOME_DEFAULT, instance_yaml
+
+defs = code_location()  # the code location as Dagster loads it
 
 pytestmark = pytest.mark.fleet
 RUN_S = 600.0  # a run launched from the UI (discovery, prepare, the fleet install) on 2 busy cores

@@ -26,9 +26,11 @@ from helpers.deploy_hosts import discover
 from helpers.files import known_hosts_fingerprints, replaced_file
 from helpers.fleet_checkout import MODEL, PASSWORD, TOUCHED, WEIGHTS
 
-from narwhal_assets.definitions import defs
+from narwhal_assets.definitions import defs as code_location
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings
 from narwhal_assets.defs.sensors import rediscovery_sensor
+
+defs = code_location()  # the code location as Dagster loads it
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -34,7 +34,7 @@ from helpers.fleet_readers import (
 from helpers.git_repo import TRACKED, git, git_checkout
 
 from narwhal_assets.cli.main import main
-from narwhal_assets.definitions import defs
+from narwhal_assets.definitions import defs as code_location
 from narwhal_assets.defs.deployment.assets import (
     OP_NAME,
     bundle_clones_to_revision,
@@ -45,6 +45,8 @@ from narwhal_assets.defs.deployment.assets import (
 from narwhal_assets.defs.resources import ManagementCheckout
 from narwhal_assets.runtime.runner import operator_instance
 from narwhal_assets.ssh.trust import KnownHostsStore
+
+defs = code_location()  # the code location as Dagster loads it
 
 TOOLS = ("launch_engine.py", "fabric_budget.py", "cache_capture_hook.py")
 # Each tool's path variable and its SHA-256 companion, as the serving fleet's engine-host checks name them.

@@ -215,7 +215,7 @@ def test_loading_the_code_location_drops_access_a_dagster_command_copied_from_en
     """What `dagster dev` run inside the checkout would do: its environment holds the `.env` values."""
     env = clean_env(NARWHAL_ROOT=str(checkout), NARWHAL_NODE_1_SSH=DEST_1, NARWHAL_NODE_2_SSH_PASSWORD=PASSWORD,
                     DAGSTER_HOME=str(checkout.parent / "home"))  # fmt: skip
-    code = ("import os, narwhal_assets.definitions\n"
+    code = ("import os, narwhal_assets.definitions\nnarwhal_assets.definitions.defs()\n"
             "print(sorted(n for n in os.environ if n.startswith('NARWHAL_NODE')))\n")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], cwd=checkout.parent, env=env, capture_output=True, text=True,
                           timeout=120, check=True)  # fmt: skip
