@@ -8,7 +8,7 @@ import dagster as dg
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.ssh.access import make_connector
-from narwhal_assets.ssh.transport import Connector
+from narwhal_assets.ssh.transport import DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Connector
 from narwhal_assets.ssh.trust import TrustMode
 
 ROOT_ENV = "NARWHAL_ROOT"
@@ -35,8 +35,8 @@ class ManagementCheckout(dg.ConfigurableResource):  # type: ignore[type-arg]  # 
 class SshSettings(dg.ConfigurableResource):  # type: ignore[type-arg]  # Dagster's form: the bare class
     """The paramiko transport as a resource: timeouts here, trust store and ssh config from the checkout."""
 
-    connect_timeout_s: float = 10.0
-    command_timeout_s: float = 600.0
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT
+    command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT
 
     def connector(self, settings: Settings, mode: TrustMode, *, staged: bool = False) -> Connector:
         return make_connector(settings, mode, self.connect_timeout_s, self.command_timeout_s, staged=staged)

@@ -51,7 +51,7 @@ from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode, Verdic
 
 T = TypeVar("T")
 DEFAULT_CONNECT_TIMEOUT = 10.0
-DEFAULT_COMMAND_TIMEOUT = 300.0
+DEFAULT_COMMAND_TIMEOUT = 600.0  # one command (an install's installer run is the longest); every caller's default
 DEFAULT_HOST_TIMEOUT = 3600.0
 DEFAULT_ALIVE_INTERVAL = 5.0
 DEFAULT_ALIVE_COUNT = 3

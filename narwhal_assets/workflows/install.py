@@ -177,7 +177,7 @@ def install_files(host: ManifestHost, bundle: PreparedFile) -> list[tuple[Instal
 
 def connection_failed(host_id: str, run: PreparedRun, exc: NarwhalError, began: float) -> HostOutcome:
     """The outcome of a host whose connection could not be made (logged in its host log)."""
-    outcome = HostOutcome(host_id, gate="connection", message=terminal_safe(str(exc)), deployment_id=
+    outcome = HostOutcome(host_id, gate=Gate.CONNECTION.value, message=terminal_safe(str(exc)), deployment_id=
                           run.manifest.deployment_id, remote_dir=run.manifest.remote_dir,
                           seconds=time.monotonic() - began)  # fmt: skip
     HostLog.open(run.log_path(host_id)).note(f"outcome: {outcome.describe()}")

@@ -273,7 +273,8 @@ def where_hosts_run(outcomes: Sequence[HostOutcome]) -> dict[str, list[str]]:
     placed: dict[str, list[str]] = {}
     for outcome in outcomes:
         if outcome.activation == "failed":
-            where = "unknown (lost while activating)" if outcome.gate == "connection" else outcome.current_before
+            lost = outcome.gate == Gate.CONNECTION.value
+            where = "unknown (lost while activating)" if lost else outcome.current_before
         else:
             where = outcome.current_after if outcome.staged else outcome.current_before
         placed.setdefault(where or "none", []).append(outcome.host_id)
