@@ -1,6 +1,6 @@
 """Discovery time for N simulated hosts against one host, and SSH connections per host.
 
-Bar (DESIGN.md section 9, printed, never asserted): discovery of 32 hosts (no checkpoint hashing worth
+Bar (the design's, printed, never asserted): discovery of 32 hosts (no checkpoint hashing worth
 mentioning: a tiny model) takes under 2x the time of one host, with one SSH connection per host.
 Both runs use the same process, the same simulated-fleet harness and a warm Python; the best of
 --repeat discoveries is kept. Needs root (network namespaces and real sshd).

@@ -30,7 +30,7 @@ Host-side work is kept small (the install command links the checkout into `.venv
 check imports it; bench_install's settings), so the shared CPUs mostly measure the workstation; the hosts'
 own `python -m venv` (about 3 CPU-s per host and first install) and probes still run on them, which
 inflates wall time (not the cgroup's CPU, except through contention). Each measurement starts once the
-machine is quiet (process_meter.quiesce). Targets (issue 34, printed, never asserted): every command linear
+machine is quiet (process_meter.quiesce). Targets (printed, never asserted): every command linear
 (k <= 1.1), prepare <= 10 ms per extra host, install's peaks independent of N, a reuse <= 4 KB of log per
 host, every artifact's exponent <= 1.1 (the engine role files list every peer's address: ~2 for their sum).
 Needs root.

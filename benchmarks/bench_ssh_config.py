@@ -12,7 +12,7 @@ process plus its children) of:
   a ProxyJump hop is resolved once and then served from the cache);
 - `resolve_endpoint`, warm: the same hosts again, `--rounds` times;
 
-and each as a ratio to the baseline. Targets (issue 32): cold <= 10 ms, warm <= 1 ms per host at 1,000 blocks.
+and each as a ratio to the baseline. Targets: cold <= 10 ms, warm <= 1 ms per host at 1,000 blocks.
 
     .venv/bin/python benchmarks/bench_ssh_config.py [--sizes 32,1000] [--hosts 100] [--rounds 5]
 """

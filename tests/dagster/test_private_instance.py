@@ -1,5 +1,5 @@
 """Dagster's own files (SQLite storage, compute logs) are private: every process the project starts runs with
-umask 077 (issue 12, item 12). Real subprocesses under an operator's usual umask 022, a real instance."""
+umask 077. Real subprocesses under an operator's usual umask 022, a real instance."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 12's fault drill: one `deploy-hosts discover` on an 8-host fleet while one host's sshd is dead, another's
+"""The discovery fault drill: one `deploy-hosts discover` on an 8-host fleet while one host's sshd is dead, another's
 link is cut mid-probe, a third presents a new host key and the disk under Dagster's storage fills up.
 
 Each fault must be visible in that one run, so they are placed where each one bites:

@@ -1,4 +1,4 @@
-"""Faults and hostile hosts against real sshd hosts (issue 12, items 1, 5, 6, 7): every SSH step is bounded,
+"""Faults and hostile hosts against real sshd hosts: every SSH step is bounded,
 the failure says which bound was hit, nothing we stopped keeps running on the host, and host output is
 capped, parsed linearly and escaped before it reaches a terminal.
 

@@ -1,4 +1,4 @@
-"""Issue 20's fault drill on the install path: one `deploy-hosts install` onto 5 hosts while one host dies during
+"""The fault drill on the install path: one `deploy-hosts install` onto 5 hosts while one host dies during
 venv creation, another's disk fills during the clone, a third's link is cut mid-install, and then the command
 itself is SIGKILLed. Afterwards every host is complete and verified or has no marker, nothing of the command
 runs on the workstation or on a host, and the rerun, once the faults are undone, completes and activates all.

@@ -1,4 +1,4 @@
-"""Every route and identity an OpenSSH config can name, against real sshd hosts (issue 32): discover, install,
+"""Every route and identity an OpenSSH config can name, against real sshd hosts: discover, install,
 status and shell agree with each other and with plain OpenSSH on where each host is and under which name its
 key is pinned.
 

@@ -170,7 +170,7 @@ def test_saved_inventory_with_wrong_schema(checkout: Path, capsys: pytest.Captur
 def test_a_password_variable_named_as_ssh_env_is_refused(
     checkout: Path, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
-    """issue 12, item 8: `ssh_env` naming a password variable passed `plan`; discovery then sent the password
+    """`ssh_env` naming a password variable passed `plan`; discovery then sent the password
     to the name resolver, into error text and Dagster's storage. Both refuse it before any connection."""
     write_env(checkout, GOOD_ENV)
     saved = hosts_file(checkout)
@@ -200,7 +200,7 @@ BIG_MODEL = "m" * (1 << 20)
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        # issue 12, item 10: a 1 MB model name produced a 1 MB fleet and a 3 MB launch file.
+        # Once, a 1 MB model name produced a 1 MB fleet and a 3 MB launch file.
         (
             GOOD_ENV + f"NARWHAL_ENGINE_MODEL_NAME={BIG_MODEL[:1000]}\n",
             "{env}:5: NARWHAL_ENGINE_MODEL_NAME: value is longer than 256 bytes (see docs/limits.md)",
@@ -219,7 +219,7 @@ BIG_MODEL = "m" * (1 << 20)
         ),
         (GOOD_ENV + "# padding\n" * 10_000, "{env}: more than 10000 lines (see docs/limits.md)"),
         (GOOD_ENV + f"# {BIG_MODEL}\n", "{env}: larger than 1048576 bytes (see docs/limits.md)"),
-        # issue 12, item 11: an empty destination silently dropped that engine.
+        # Once, an empty destination silently dropped that engine.
         (
             GOOD_ENV + "NARWHAL_NODE_3_SSH=\n",
             "{env}: NARWHAL_NODE_3_SSH is set but empty, which would drop role engine-3; give it a destination or "

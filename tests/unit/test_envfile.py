@@ -206,7 +206,7 @@ def test_load_env_file_unreadable(tmp_path: Path) -> None:
     assert info.value.problems == [f"{tmp_path}: cannot read (IsADirectoryError)"]
 
 
-# --- limits (issue 12, item 10) -------------------------------------------------------------------------
+# --- limits ---------------------------------------------------------------------------------------------
 
 
 def test_a_value_over_its_variable_s_limit_names_file_line_and_variable() -> None:

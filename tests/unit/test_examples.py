@@ -1,5 +1,5 @@
 """The committed examples are real: `.env.example` parses, and the inventory derived from it is exactly
-`config/hosts.example.json` (router and engine-1 on one machine, engine-2 on another, as the spec describes)."""
+`config/hosts.example.json` (router and engine-1 on one machine, engine-2 on another, as README describes)."""
 
 from __future__ import annotations
 

@@ -397,7 +397,7 @@ def test_valid_hand_written_inventory(tmp_path: Path) -> None:
             "{env}: NARWHAL_NODE_2_SSH is set but empty, which would drop role engine-2; give it a destination or "
             "remove it",
         ),
-        # issue 12, item 8: a password (or any other variable) named as a destination would travel as a host name.
+        # A password (or any other variable) named as a destination would travel as a host name.
         (
             [
                 host("n1", "NARWHAL_NODE_1_SSH", ["router", "engine-1"]),

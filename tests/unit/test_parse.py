@@ -400,7 +400,7 @@ def test_model_config_content_is_parsed_and_bad_json_is_named() -> None:
     assert any(p.startswith(expected) and p.endswith("at line 1 column 2)") for p in problems_of(doc))
 
 
-# ---------------------------------------------------------------- hostile output (issue 12, items 5, 6, 7)
+# ---------------------------------------------------------------------------------------------- hostile output
 
 
 def test_probe_output_problems_are_host_failures_not_bad_input() -> None:

@@ -1,4 +1,4 @@
-"""Role environments (spec 12.2): exact export lists, sources, the credential guard, bash round trips; and the
+"""Role environments: exact export lists, sources, the credential guard, bash round trips; and the
 checks `prepare` runs before writing (revision, discovery-inputs digest, private files in the tree)."""
 
 from __future__ import annotations

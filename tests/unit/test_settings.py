@@ -139,7 +139,7 @@ def test_a_process_value_equal_to_dotenv_is_attributed_to_dotenv(tmp_path: Path)
 
 
 def test_process_values_are_held_to_their_limits_with_the_files_problems(tmp_path: Path) -> None:
-    """issue 12, item 10: `NARWHAL_*` process values are bounded too; every problem is reported at once."""
+    """`NARWHAL_*` process values are bounded too; every problem is reported at once."""
     root = checkout(tmp_path, dotenv=f"NARWHAL_RUN_DIR='/{'r' * 1024}'\n")
     environ = {
         "NARWHAL_NODE_1_SSH_PASSWORD": "p" * 513,
