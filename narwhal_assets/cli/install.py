@@ -18,6 +18,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from narwhal_assets.cli.selection import add_selection
 from narwhal_assets.core.errors import InputError, RolloutFailed
 from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE  # the standard library only: --help stays fast
 
@@ -164,10 +165,3 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "order, stop at the first failure")  # fmt: skip
     parser.add_argument("--message", default="", metavar="TEXT", help="said by every host's lease while this runs "
                         "(one line, at most 512 bytes)")  # fmt: skip
-
-
-def add_selection(parser: argparse.ArgumentParser) -> None:
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--host", action="append", metavar="ID", help="physical host id (repeatable)")
-    which.add_argument("--role", action="append", metavar="ROLE",
-                       help="the host owning ROLE, colocated roles included (repeatable)")  # fmt: skip

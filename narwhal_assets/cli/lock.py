@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 
-from narwhal_assets.cli.install import add_selection
+from narwhal_assets.cli.selection import add_selection
 from narwhal_assets.core.errors import InputError
 
 EXIT_FAILED = 1

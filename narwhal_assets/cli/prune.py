@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from narwhal_assets.cli.install import add_selection
+from narwhal_assets.cli.selection import add_selection
 
 EXIT_FAILED = 1
 DEFAULT_KEEP = 5  # prune's retention when --keep is not given (README)

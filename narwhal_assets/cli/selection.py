@@ -1,8 +1,4 @@
-"""`deploy-hosts` subcommands; each is a thin layer over the core, the adapters and the jobs.
-
-Modules here import Dagster and paramiko only inside the functions that need them, so `--help` and
-`plan` start fast.
-"""
+"""`--host` / `--role`: which hosts a command acts on, spelled the same by every command that selects hosts."""
 
 from __future__ import annotations
 
@@ -10,7 +6,8 @@ import argparse
 
 
 def add_selection(parser: argparse.ArgumentParser) -> None:
-    """`--host` / `--role`, repeatable and mutually exclusive."""
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--host", action="append", metavar="ID", help="physical host id (repeatable)")
-    group.add_argument("--role", action="append", metavar="ROLE", help="the host owning this role (repeatable)")
+    """`--host` / `--role`, repeatable and mutually exclusive; neither: every host in the inventory."""
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--host", action="append", metavar="ID", help="physical host id (repeatable)")
+    which.add_argument("--role", action="append", metavar="ROLE",
+                       help="the host owning ROLE, colocated roles included (repeatable)")  # fmt: skip

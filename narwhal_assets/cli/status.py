@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from narwhal_assets.cli.install import add_selection
+from narwhal_assets.cli.selection import add_selection
 
 if TYPE_CHECKING:  # Dagster and paramiko load only when the command runs (fast --help)
     from dagster import DagsterInstance
