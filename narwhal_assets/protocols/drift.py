@@ -11,7 +11,7 @@ from narwhal_assets.core.discovery.drift import DriftSnapshot, FileStat, ModelSt
 from narwhal_assets.core.discovery.observations import Gpu, HostObservation
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import DriftProbeError
-from narwhal_assets.host import program_source
+from narwhal_assets.host import program_call, program_source
 from narwhal_assets.host.probe import IP_ARGV, NVIDIA_SMI_ARGV
 from narwhal_assets.protocols.probe_report import parse_docker_inspect, parse_ip_json, parse_nvidia_smi
 
@@ -29,8 +29,7 @@ def drift_script(observation: HostObservation) -> str:
     if observation.image is not None:
         commands["docker"] = ["docker", "image", "inspect", observation.image.reference]
     models = {engine: model.model_dir for engine, model in observation.models.items()}
-    literal = json.dumps({"commands": commands, "models": models}, sort_keys=True, ensure_ascii=True)
-    return f"{drift_source().rstrip()}\n\n\nmain({literal!r})\n"
+    return program_call(drift_source(), "main", {"commands": commands, "models": models})
 
 
 def parse_drift_output(

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from narwhal_assets.core.deployment.manifest import DEPLOYMENT_ID_RE
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import ReportError
-from narwhal_assets.host import program_source
+from narwhal_assets.host import program_call, program_source
 from narwhal_assets.protocols.lease import LeaseState, lease_source
 
 # Reads the length-prefixed installer from stdin and runs it; what follows on stdin is the installer's.
@@ -164,8 +164,7 @@ def installer_source() -> str:
 
 def installer_script(params: dict[str, Any]) -> str:
     """The installer source plus `main('<json>')`: parameters travel as an ASCII JSON string literal."""
-    literal = json.dumps(params, sort_keys=True, ensure_ascii=True)
-    return f"{installer_source().rstrip()}\n\n\nmain({literal!r})\n"
+    return program_call(installer_source(), "main", params)
 
 
 def install_stream(script: str, payloads: Sequence[bytes] = ()) -> bytes:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import LeaseReportError
-from narwhal_assets.host import program_source
+from narwhal_assets.host import program_call, program_source
 
 REPORT_LIMIT = 64 * 1024
 LeaseAction = Literal["acquire", "renew", "release", "release_dead", "clear", "show"]
@@ -120,8 +120,7 @@ def lease_source() -> str:
 
 def lease_script(params: dict[str, Any]) -> str:
     """The lease program plus `lease_main('<json>')`, its parameters an ASCII JSON string literal."""
-    literal = json.dumps(params, sort_keys=True, ensure_ascii=True)
-    return f"{lease_source().rstrip()}\n\n\nlease_main({literal!r})\n"
+    return program_call(lease_source(), "lease_main", params)
 
 
 def parse_lease_report(stdout: bytes) -> LeaseReport:

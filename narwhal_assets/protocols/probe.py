@@ -7,14 +7,13 @@ Discovery runs ONE probe program per physical host over one SSH connection: the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from narwhal_assets.core.discovery.observations import CheckpointDigest
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.roles import engine_number
-from narwhal_assets.host import program_source
+from narwhal_assets.host import program_call, program_source
 
 PARAM_KEYS = frozenset({"image", "models", "previous", "full_hash", "workers", "sysfs_net", "sysfs_infiniband",
                         "dev_infiniband", "known_packages"})
@@ -75,13 +74,8 @@ def probe_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def probe_script(params: Mapping[str, Any]) -> str:
-    """The probe source plus a last line `main('<json>')`: what the transport feeds to `python3 -I -S -`.
-
-    Parameters travel as an ASCII JSON text inside a Python string literal, so no value is ever
-    interpreted by a shell or by Python as code.
-    """
-    literal = json.dumps(probe_params(params), sort_keys=True, ensure_ascii=True)
-    return f"{probe_source().rstrip()}\n\n\nmain({literal!r})\n"
+    """The probe source plus a last line `main('<json>')` (`program_call`)."""
+    return program_call(probe_source(), "main", probe_params(params))
 
 
 def previous_hashes(digests: Mapping[str, CheckpointDigest]) -> dict[str, dict[str, list[int | str]]]:
