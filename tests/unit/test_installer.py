@@ -10,24 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.installer_host import ROLE_FILE, Host, make_source
+from helpers.installer_host import ROLE_FILE, Host
 
 from narwhal_assets.core.errors import ReportError
 from narwhal_assets.host.installer import files_sha256
 from narwhal_assets.protocols.install import parse_install_report
-
-
-@pytest.fixture
-def source(tmp_path: Path) -> tuple[str, bytes]:
-    """A one-commit repository's revision and its bundle."""
-    return make_source(tmp_path)
-
-
-@pytest.fixture
-def host(tmp_path: Path, source: tuple[str, bytes]) -> Host:
-    home = tmp_path / "home"
-    home.mkdir()
-    return Host(home, *source)
 
 
 def test_install_activate_then_reuse_receives_nothing(host: Host) -> None:

@@ -64,18 +64,6 @@ def _shipped_installer() -> Path:
 INSTALLER = _shipped_installer()
 
 
-@pytest.fixture
-def source(tmp_path: Path) -> tuple[str, bytes]:
-    return make_source(tmp_path)
-
-
-@pytest.fixture
-def host(tmp_path: Path, source: tuple[str, bytes]) -> Host:
-    home = tmp_path / "home"
-    home.mkdir()
-    return Host(home, *source)
-
-
 @pytest.fixture(scope="module")
 def installed_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One complete installation (a virtualenv takes seconds), copied by the tests that damage it."""
