@@ -9,7 +9,6 @@ from typing import cast
 
 import dagster as dg
 
-from narwhal_assets.defs.deployment.assets import PREPARE_CHECKS, prepare_deployment
 from narwhal_assets.defs.discovery.assets import discovered_config, host_discovery
 from narwhal_assets.defs.discovery.checks import (
     checkpoint_replicas_agree,
@@ -22,6 +21,7 @@ from narwhal_assets.defs.installation.assets import host_installation, install_j
 from narwhal_assets.defs.installation.checks import installation_outdated_sensor, installed_from_latest_manifest
 from narwhal_assets.defs.installation.status import live_matches_installed
 from narwhal_assets.defs.names import DISCOVERY_JOB, OWNERS, PREPARE_JOB
+from narwhal_assets.defs.prepare.assets import PREPARE_CHECKS, prepare_deployment
 from narwhal_assets.defs.resources import ManagementCheckout, SshSettings, default_root
 from narwhal_assets.defs.schedules import reverify_installed_hosts, weekly_full_rehash
 from narwhal_assets.defs.sensors import inventory_sensor, rediscovery_sensor

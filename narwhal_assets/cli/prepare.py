@@ -22,8 +22,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = str(Path(args.out).resolve()) if args.out else ""
     check_inputs(Checkout.open(args.root).settings, out or None)  # bad input: exit 2 before any run or file
-    from narwhal_assets.defs.deployment.assets import OP_NAME, ROLE_ENVIRONMENTS
     from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST
+    from narwhal_assets.defs.prepare.assets import OP_NAME, ROLE_ENVIRONMENTS
     from narwhal_assets.runtime.runner import run_job
 
     config = {"ops": {OP_NAME: {"config": {"out": out}}}}
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _metadata(result: dg.ExecuteInProcessResult) -> dict[dg.AssetKey, dict[str, Any]]:
-    from narwhal_assets.defs.deployment.assets import OP_NAME
+    from narwhal_assets.defs.prepare.assets import OP_NAME
 
     return {
         m.asset_key: {key: value.value for key, value in m.metadata.items()}

@@ -13,6 +13,6 @@ DEPLOYMENT_MANIFEST = dg.AssetKey("deployment_manifest")
 PREPARE_COMMAND = "deploy-hosts prepare"  # the command that materializes it, named when it never was
 INSTALLATION = dg.AssetKey("host_installation")
 OUTDATED_CHECK = dg.AssetCheckKey(INSTALLATION, "installed_from_latest_manifest")  # installation/checks.py
-# The checks `prepare_job` runs on every prepared run (defs/deployment/assets.PREPARE_CHECKS); an install takes
+# The checks `prepare_job` runs on every prepared run (defs/prepare/assets.PREPARE_CHECKS); an install takes
 # only a run whose checks all passed (defs/installation/prepared.py).
 PREPARE_CHECK_NAMES = ("bundle_clones_to_revision", "prepared_files_private", "prepared_files_hold_no_access")

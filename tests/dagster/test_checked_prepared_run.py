@@ -49,6 +49,6 @@ def test_the_newest_checked_run_is_installed_and_a_named_run_with_a_failed_check
 
 
 def test_the_prepare_checks_named_are_the_ones_prepare_runs() -> None:
-    from narwhal_assets.defs.deployment.assets import PREPARE_CHECKS
+    from narwhal_assets.defs.prepare.assets import PREPARE_CHECKS
 
     assert {key.name for check in PREPARE_CHECKS for key in check.check_keys} == set(PREPARE_CHECK_NAMES)

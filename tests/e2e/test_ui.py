@@ -30,11 +30,11 @@ from narwhal_assets.cli.main import main
 from narwhal_assets.core.deployment.manifest import DeploymentManifest
 from narwhal_assets.core.inputs.envfile import shell_quote
 from narwhal_assets.definitions import defs as code_location
-from narwhal_assets.defs.deployment.assets import latest_out
 from narwhal_assets.defs.installation.assets import FLEET_COLUMNS
 from narwhal_assets.defs.installation.status import CHECK_NAME as LIVE_CHECK
 from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, INSTALLATION
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME, host_partitions
+from narwhal_assets.defs.prepare.assets import latest_out
 from narwhal_assets.local.privatefiles import write_private
 from narwhal_assets.runtime.runner import DAGSTER_HOME_DEFAULT, instance_yaml
 

@@ -35,7 +35,7 @@ from helpers.git_repo import TRACKED, git, git_checkout
 
 from narwhal_assets.cli.main import main
 from narwhal_assets.definitions import defs as code_location
-from narwhal_assets.defs.deployment.assets import (
+from narwhal_assets.defs.prepare.assets import (
     OP_NAME,
     bundle_clones_to_revision,
     prepare_deployment,

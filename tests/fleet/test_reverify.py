@@ -22,10 +22,10 @@ from helpers.install import install, manifest_of, outcomes, remote_dir
 
 from narwhal_assets.core.errors import RolloutFailed
 from narwhal_assets.definitions import defs as code_location
-from narwhal_assets.defs.deployment.assets import prepare_deployment
 from narwhal_assets.defs.installation.assets import host_installation
 from narwhal_assets.defs.installation.checks import CHECK_NAME, evaluate_installed, installation_outdated_sensor
 from narwhal_assets.defs.keys import INSTALLATION
+from narwhal_assets.defs.prepare.assets import prepare_deployment
 from narwhal_assets.defs.schedules import reverify_installed_hosts
 from narwhal_assets.runtime.runner import run_job
 
