@@ -1,4 +1,4 @@
-"""`deploy-hosts prune`: removing old deployments on hosts and unused prepared runs (what runs where: cli/status.py).
+"""`deploy-hosts prune`: removing old deployments on hosts and unused prepared runs.
 
 `prune [--keep N]` (default 5; under each host's lease) removes old deployment directories on hosts (never
 `current`, never a locked one) and prepared runs on this workstation that no host holds any more; `--dry-run`
