@@ -17,12 +17,9 @@ DEFAULT_KEEP = 5  # prune's retention when --keep is not given (README)
 
 
 def run(args: argparse.Namespace) -> int:
-    from narwhal_assets.defs.resources import SshSettings
-    from narwhal_assets.ssh.trust import TrustMode
     from narwhal_assets.workflows.prune import prune
 
-    result = prune(args.root, args.host or (), args.role or (), args.keep, dry_run=args.dry_run,
-                   connect=lambda settings: SshSettings().connector(settings, TrustMode.STRICT), say=print)  # fmt: skip
+    result = prune(args.root, args.host or (), args.role or (), args.keep, dry_run=args.dry_run, say=print)
     if args.dry_run:
         print("dry run: nothing was removed")
     for problem in result.problems:

@@ -26,8 +26,9 @@ from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.protocols.install import InstallReport, terminal_safe
-from narwhal_assets.ssh.access import host_access
+from narwhal_assets.ssh.access import host_access, make_connector
 from narwhal_assets.ssh.transport import Connector
+from narwhal_assets.ssh.trust import TrustMode
 from narwhal_assets.workflows.install import acquire_and_call
 from narwhal_assets.workflows.lease import LeaseRequest, OperationLease, lease_seconds
 from narwhal_assets.workflows.status import HostStatus, read_hosts, short
@@ -49,17 +50,16 @@ def prune(
     keep: int,
     *,
     dry_run: bool,
-    connect: Callable[[Settings], Connector],
     say: Callable[[str], None],
 ) -> PruneResult:
     """Plan from a status of the selected hosts, prune each host in turn, then the workstation's prepared runs.
-    `connect` makes the strict connector from the checkout's settings; `say` gets each line as it happens
+    One strict connector reads and prunes every host; `say` gets each line as it happens
     (what goes, what a host kept and why), since a prune over many hosts takes a while."""
     if keep < 1:  # before the checkout is read: bad input answers at once
         raise InputError(["--keep: must be 1 or more"])
     checkout = Checkout.open(root)
     entries = checkout.select(host_ids, roles)
-    connector = connect(checkout.settings)
+    connector = make_connector(checkout.settings, TrustMode.STRICT)
     statuses, runs = read_hosts(checkout, entries, connector)
     plans = {s.host_id: host_prune_plan(s, keep) for s in statuses if s.error is None}
     problems = [f"host {s.host_id}: {s.error}" for s in statuses if s.error is not None]
