@@ -4,10 +4,9 @@
 `dagster-webserver`, `dg`) copy a `.env` in their working directory into their environment, and every code
 server and run worker they start inherits it, so a password or destination would sit in
 `/proc/<pid>/environ` of each. Every entry point (the command line, the code location as Dagster loads it)
-calls `make_process_private` first, which makes what the process creates private and calls
-`scrub_access_variables`: a
-`..._SSH_PASSWORD` variable, or any variable holding a destination the checkout's `.env` defines, is
-removed (settings read `.env` itself), and the operator is told which names were removed, never a value.
+calls `make_process_private` first: what the process creates is private, and `scrub_access_variables`
+removes a `..._SSH_PASSWORD` variable, or any variable holding a destination the checkout's `.env` defines
+(settings read `.env` itself), telling the operator which names were removed, never a value.
 """
 
 from __future__ import annotations

@@ -338,7 +338,7 @@ class KnownHostsStore:
         self.path = path
         self.staged = staged
         self._pending: list[tuple[Subject, _Name, HostKey]] = []
-        self._staged_by_name: dict[bytes, list[PublicKey]] = {}  # pending keys by name: one lookup per host
+        self._staged_by_name: dict[bytes, PublicKey] = {}  # the one pending key per name: one lookup per host
         self._staging = threading.Lock()  # hosts are verified in parallel; each check-and-stage is one step
 
     def keys_for(self, host: str, port: int, *, alias: str | None = None) -> list[HostKey]:
@@ -548,13 +548,13 @@ class KnownHostsStore:
 
     def _stage(self, subject: Subject, name: _Name, key: PublicKey) -> Verdict:
         with self._staging:
-            staged = self._staged_by_name.setdefault(name.primary.lower(), [])
-            if staged and not any(key.equals(k) for k in staged):
-                raise self._refusal(subject, name, key, _Judgement(status="changed", recorded=list(staged)))
-            if not staged:
+            staged = self._staged_by_name.get(name.primary.lower())
+            if staged is not None and not key.equals(staged):
+                raise self._refusal(subject, name, key, _Judgement(status="changed", recorded=[staged]))
+            if staged is None:
                 plain = HostKey.of(_plain_key(key))
                 self._pending.append((subject, name, plain))
-                staged.append(_public(plain))
+                self._staged_by_name[name.primary.lower()] = _public(plain)
         return Verdict("added", key.fingerprint)
 
     def _enrol(self, subject: Subject, name: _Name, key: PublicKey) -> Verdict:
