@@ -23,8 +23,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
-from narwhal_assets.core.deployment.manifest import REMOTE_BASE
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.prepared_run.manifest import REMOTE_BASE
 from narwhal_assets.core.roles import Role
 
 if TYPE_CHECKING:  # paramiko and the installer load only when a shell or tunnel is opened (fast --help)

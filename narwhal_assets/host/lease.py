@@ -127,7 +127,7 @@ class HostLease:
                 return record
             problem = record
         self.detail.update(state="broken", problem=problem)
-        raise LeaseRefused(f"~/{self.shown_top}/{LEASE}: {problem}; clear it with deploy-hosts lock --release "
+        raise LeaseRefused(f"~/{self.shown_top}/{LEASE}: {problem}; clear it with deploy-hosts lease --release "
                            "--force")  # fmt: skip
 
     def problem(self, info: os.stat_result) -> "str | None":

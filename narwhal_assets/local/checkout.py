@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from narwhal_assets.core.deployment.manifest import MANIFEST_FILE
 from narwhal_assets.core.errors import InputError, Problems
 from narwhal_assets.core.inputs.inventory import (
     HostEntry,
@@ -20,6 +19,7 @@ from narwhal_assets.core.inputs.inventory import (
     validate_inventory,
 )
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.prepared_run.manifest import MANIFEST_FILE
 from narwhal_assets.local.configset import recover_publish
 from narwhal_assets.local.privatefiles import write_private
 

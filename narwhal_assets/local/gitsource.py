@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from narwhal_assets.core.deployment.manifest import BUNDLE_FILE
-from narwhal_assets.core.deployment.prepare_inputs import REVISION, REVISION_FIX
 from narwhal_assets.core.errors import InputError, NarwhalError
+from narwhal_assets.core.prepared_run.manifest import BUNDLE_FILE
+from narwhal_assets.core.prepared_run.prepare_inputs import REVISION, REVISION_FIX
 from narwhal_assets.local.privatefiles import FILE_MODE
 
 DEPLOYMENT_BRANCH = "deployment"

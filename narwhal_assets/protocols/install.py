@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from narwhal_assets.core.deployment.manifest import DEPLOYMENT_ID_RE
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import ReportError
+from narwhal_assets.core.prepared_run.manifest import DEPLOYMENT_ID_RE
 from narwhal_assets.host import program_call, program_source
 from narwhal_assets.protocols.lease import LeaseState, lease_source
 

@@ -88,7 +88,7 @@ class LeaseState(BaseModel):
     def explain(self, now: float) -> str:
         """One line: what is at the lease's place on this host."""
         if self.state == "broken":
-            return f"stuck: {self.problem} (deploys refuse it; deploy-hosts lock --release --force clears it)"
+            return f"stuck: {self.problem} (deploys refuse it; deploy-hosts lease --release --force clears it)"
         extra = f"; half-written leftovers {', '.join(self.leftovers)} (removed by the next taker)" \
             if self.leftovers else ""  # fmt: skip
         if self.holder is None:

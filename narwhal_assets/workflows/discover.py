@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from narwhal_assets.core.deployment.prepare_inputs import discovery_inputs_digest, input_digests
 from narwhal_assets.core.discovery.digests import compare_replicas
 from narwhal_assets.core.discovery.manifest import CONFIG_FORMAT, MANIFEST_FILE, DiscoveryManifest
 from narwhal_assets.core.discovery.observations import CheckpointDigest, HostObservation
@@ -48,6 +47,7 @@ from narwhal_assets.core.launch.fleet import (
 from narwhal_assets.core.launch.launch_records import EngineLaunchConfig, LaunchSources, build_launch_records
 from narwhal_assets.core.launch.policy import resolve_engine_field
 from narwhal_assets.core.launch.profiling import ProfilingLimits, build_profiling_limits
+from narwhal_assets.core.prepared_run.prepare_inputs import discovery_inputs_digest, input_digests
 from narwhal_assets.core.roles import Role, engine_number
 from narwhal_assets.host import STDIN_PROGRAM
 from narwhal_assets.local.checkpoint_store import load_checkpoint, prune_discovery_runs, save_checkpoint

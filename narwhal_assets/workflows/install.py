@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from narwhal_assets.core.deployment.manifest import BUNDLE_FILE, ManifestHost, PreparedFile, PreparedRun
-from narwhal_assets.core.deployment.manifest_check import (
+from narwhal_assets.core.errors import HostInstallFailure, InputError, NarwhalError, ReportError
+from narwhal_assets.core.inputs.inventory import Inventory
+from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.prepared_run.manifest import BUNDLE_FILE, ManifestHost, PreparedFile, PreparedRun
+from narwhal_assets.core.prepared_run.manifest_check import (
     CurrentAccess,
     destination_sha256,
     load_manifest,
     remote_name,
     verify_manifest,
 )
-from narwhal_assets.core.deployment.role_env import RoleSources
-from narwhal_assets.core.deployment.staleness import changed_settings
-from narwhal_assets.core.errors import HostInstallFailure, InputError, NarwhalError, ReportError
-from narwhal_assets.core.inputs.inventory import Inventory
-from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.prepared_run.role_env import RoleSources
+from narwhal_assets.core.prepared_run.staleness import changed_settings
 from narwhal_assets.local.checkout import missing_run_problem
 from narwhal_assets.local.privatefiles import non_private
 from narwhal_assets.protocols.install import (

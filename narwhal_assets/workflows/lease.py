@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from narwhal_assets.core.deployment.manifest import REMOTE_BASE
 from narwhal_assets.core.errors import LeaseError, LeaseReportError, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.prepared_run.manifest import REMOTE_BASE
 from narwhal_assets.host.installer import boot_id, start_ticks
 from narwhal_assets.protocols.install import BOOTSTRAP, install_stream
 from narwhal_assets.protocols.lease import LeaseHolder, LeaseReport, LeaseState, lease_script, parse_lease_report
@@ -271,7 +271,7 @@ def renew_alongside(connection: HostConnection, lease: OperationLease) -> None:
         lease.lose(connection.host_id, report.message or "not this operation's any more")
 
 
-# ----------------------------------------------------------------------------- `deploy-hosts lock`
+# ----------------------------------------------------------------------------- `deploy-hosts lease`
 
 
 def read_leases(connector: Connector, settings: Settings, entries: Sequence[HostEntry]) -> list[LeaseReport | str]:

@@ -17,23 +17,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from narwhal_assets.core.deployment.layout import SOURCES_FILE, PlannedFile, PublishedSet, host_files
-from narwhal_assets.core.deployment.manifest import (
-    MANIFEST_FILE,
-    DeploymentManifest,
-    ManifestHost,
-    PreparedFile,
-    PreparedRun,
-    remote_dir_for,
-)
-from narwhal_assets.core.deployment.manifest_check import destination_sha256
-from narwhal_assets.core.deployment.prepare_inputs import (
-    changed_inputs,
-    check_revision,
-    discovery_inputs_digest,
-    private_tree_paths,
-)
-from narwhal_assets.core.deployment.role_env import REVISION, TOOLS, ExportInputs, build_role_environments, role_sources
 from narwhal_assets.core.discovery.manifest import CONFIG_FORMAT, DiscoveryManifest, generated_paths
 from narwhal_assets.core.errors import InputError, Problems, raise_if
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
@@ -42,6 +25,29 @@ from narwhal_assets.core.jsonfile import load_json_model, render_json
 from narwhal_assets.core.launch.fleet import Fleet
 from narwhal_assets.core.launch.models import EngineLaunchConfig
 from narwhal_assets.core.launch.profiling import ProfilingLimits
+from narwhal_assets.core.prepared_run.layout import SOURCES_FILE, PlannedFile, PublishedSet, host_files
+from narwhal_assets.core.prepared_run.manifest import (
+    MANIFEST_FILE,
+    DeploymentManifest,
+    ManifestHost,
+    PreparedFile,
+    PreparedRun,
+    remote_dir_for,
+)
+from narwhal_assets.core.prepared_run.manifest_check import destination_sha256
+from narwhal_assets.core.prepared_run.prepare_inputs import (
+    changed_inputs,
+    check_revision,
+    discovery_inputs_digest,
+    private_tree_paths,
+)
+from narwhal_assets.core.prepared_run.role_env import (
+    REVISION,
+    TOOLS,
+    ExportInputs,
+    build_role_environments,
+    role_sources,
+)
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.local.gitsource import create_bundle, resolve_commit, tree_paths
 from narwhal_assets.local.privatefiles import DIR_MODE, sha256_file, write_exclusive

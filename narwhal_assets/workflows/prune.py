@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from narwhal_assets.core.deployment.manifest import REMOTE_BASE, PreparedRun
 from narwhal_assets.core.deployment.prune import (
     HostDirectory,
     PreparedRunInfo,
@@ -24,6 +23,7 @@ from narwhal_assets.core.deployment.prune import (
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.prepared_run.manifest import REMOTE_BASE, PreparedRun
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.protocols.install import InstallReport, terminal_safe
 from narwhal_assets.ssh.access import host_access, make_connector

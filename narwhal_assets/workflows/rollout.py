@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from narwhal_assets.core.deployment.manifest import PreparedRun
 from narwhal_assets.core.errors import LeaseConflict, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.prepared_run.manifest import PreparedRun
 from narwhal_assets.protocols.install import Gate, InstallReport
 from narwhal_assets.protocols.lease import LeaseHolder
 from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE, over_hosts

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from narwhal_assets.core.deployment.manifest import MANIFEST_FILE, REMOTE_BASE, PreparedRun
-from narwhal_assets.core.deployment.manifest_check import load_manifest
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import HostInstallFailure, InputError, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.prepared_run.manifest import MANIFEST_FILE, REMOTE_BASE, PreparedRun
+from narwhal_assets.core.prepared_run.manifest_check import load_manifest
 from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.protocols.install import MESSAGE_LIMIT, DeploymentEntry, Gate, InstallReport
 from narwhal_assets.ssh.access import host_access, make_connector

@@ -27,8 +27,8 @@ from helpers.install import OFFLINE_CHECK, OFFLINE_INSTALL, manifest_of, partiti
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
 from narwhal_assets.cli.main import main
-from narwhal_assets.core.deployment.manifest import DeploymentManifest
 from narwhal_assets.core.inputs.envfile import shell_quote
+from narwhal_assets.core.prepared_run.manifest import DeploymentManifest
 from narwhal_assets.definitions import defs as code_location
 from narwhal_assets.defs.installation.assets import FLEET_COLUMNS
 from narwhal_assets.defs.installation.status import CHECK_NAME as LIVE_CHECK
@@ -275,7 +275,7 @@ def test_operator_discovers_prepares_and_installs_from_the_ui(
         assert (checkout / "config" / "fleet.json").is_file() and (checkout / "config" / "deployment.env").is_file()
 
         page.goto(f"{base}/assets")
-        for asset in in_group:  # the other groups (deployment, installation) are not part of this run
+        for asset in in_group:  # the other groups (prepare, installation) are not part of this run
             expect(catalog_row(page, asset).get_by_text("Materialized")).to_be_visible(timeout=60_000)
         page.screenshot(path=screenshots / "catalog.png")
         # The group's graph once more, wide enough for full nodes: each with its latest event, checks passed.

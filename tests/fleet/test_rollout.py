@@ -199,25 +199,25 @@ def test_a_held_lease_on_any_host_refuses_naming_its_holder_and_an_expired_one_i
     assert {h: current(fleet, h) for h in NAMES} == before
     assert not any((fleet.host(NAMES[h]).home / "Narwhal-deploy" / ".lease").exists() for h in ("node-1", "node-3")), \
         "the leases taken on the other hosts were released"  # fmt: skip
-    rc, out, _ = cli(root, "lock", capsys=capsys)
+    rc, out, _ = cli(root, "lease", capsys=capsys)
     assert rc == 0 and re.search(r"node-2 +held: bob@bobs-laptop", out) and re.search(r"node-1 +free", out), out
-    rc, out, _ = cli(root, "lock", "--release", capsys=capsys)
+    rc, out, _ = cli(root, "lease", "--release", capsys=capsys)
     assert rc == 1 and re.search(r"node-2 +kept: held: bob@bobs-laptop", out), "a live lease is not released"
 
     plant_lease(fleet, "h2", time.time() - 60)  # bob's lease ran out
     rc, out, err = install(root, prepared, capsys)
     assert rc == 0, out + err
     assert "host node-2: took over the stale lease of bob@bobs-laptop" in out
-    rc, out, _ = cli(root, "lock", capsys=capsys)
+    rc, out, _ = cli(root, "lease", capsys=capsys)
     assert all(re.search(rf"{h} +free", out) for h in NAMES), "the operation released every lease it held"
 
     os.mkfifo(record)  # a stuck record: deploys refuse it, `lock` says what it is, --force clears it
     as_host_user(fleet, "h2", record)
     rc, out, err = install(root, prepared, capsys)
     assert rc == 1 and "host node-2: stuck: is not a regular file (a FIFO" in err, err
-    rc, out, _ = cli(root, "lock", capsys=capsys)
+    rc, out, _ = cli(root, "lease", capsys=capsys)
     assert rc == 1 and re.search(r"node-2 +stuck: is not a regular file", out), out
-    rc, out, _ = cli(root, "lock", "--release", "--force", "--host", "node-2", capsys=capsys)
+    rc, out, _ = cli(root, "lease", "--release", "--force", "--host", "node-2", capsys=capsys)
     assert rc == 0 and re.search(r"node-2 +cleared \.lease", out) and not os.path.lexists(record), out
 
 
@@ -260,7 +260,7 @@ def test_a_second_checkout_is_refused_on_any_shared_host_and_a_killed_one_stays_
         assert "another operation holds the lease on node-1, node-2, node-3" in err and '"first deploy"' in err, err
         rc, out, err = install(other, prepared, capsys, "--role", "engine-3")  # only the host not being staged
         assert rc == 1 and "another operation holds the lease on node-3" in err, out + err
-        rc, out, _ = cli(other, "lock", "--release", capsys=capsys)
+        rc, out, _ = cli(other, "lease", "--release", capsys=capsys)
         assert rc == 1 and re.search(r"node-2 +kept: held: .*\"first deploy\"", out), out
         os.killpg(first.pid, signal.SIGKILL)
         first.communicate(timeout=30)

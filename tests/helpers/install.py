@@ -14,7 +14,7 @@ from fleetsim import SimFleet
 
 from helpers.deploy_hosts import cli
 from helpers.fleet_checkout import HOST_IDS
-from narwhal_assets.core.deployment.manifest import DeploymentManifest
+from narwhal_assets.core.prepared_run.manifest import DeploymentManifest
 
 NAMES = {host_id: name for name, host_id in HOST_IDS.items()}  # node-1 -> h1
 OFFLINE_INSTALL = ("python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0], \"checkout.pth\")"

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.installer_host import make_source
-from narwhal_assets.core.deployment.manifest import DeploymentManifest, ManifestHost, PreparedFile, PreparedRun
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.prepared_run.manifest import DeploymentManifest, ManifestHost, PreparedFile, PreparedRun
 from narwhal_assets.ssh.transport import CommandResult, HostAccess
 
 DEPLOYMENT = "0123456789abcdef0123456789abcdef"

@@ -247,11 +247,17 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 @functools.cache
-def command_options() -> dict[str, frozenset[str]]:
-    """Each `deploy-hosts` subcommand and its long options, from the real parser."""
+def command_options(*, aliases: bool = True) -> dict[str, frozenset[str]]:
+    """Each `deploy-hosts` subcommand and its long options, from the real parser (an alias, such as `lock` for
+    `lease`, names the same parser as the command before it)."""
+    names: dict[int, str] = {}
+    subparsers = _subparsers(build_parser())
+    for name, sub in subparsers.items():
+        names.setdefault(id(sub), name)
     return {
         name: frozenset(option for action in sub._actions for option in action.option_strings if option[:2] == "--")
-        for name, sub in _subparsers(build_parser()).items()
+        for name, sub in subparsers.items()
+        if aliases or names[id(sub)] == name
     }
 
 
@@ -290,7 +296,7 @@ def test_the_docs_find_usages_of_every_kind() -> None:
     """The guard itself: it sees commands in spans, code blocks and subcommand spans, or it checks nothing."""
     kinds = {usage.mention.kind for usage in all_usages()}
     assert {"span", "code"} <= kinds
-    assert {usage.command for usage in all_usages()} >= {"install", "rollback", "shell", "lock"}
+    assert {usage.command for usage in all_usages()} >= {"install", "rollback", "shell", "lease"}
 
 
 def test_every_command_and_option_the_docs_name_exists() -> None:
@@ -308,12 +314,20 @@ def test_every_command_and_option_the_docs_name_exists() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_an_earlier_command_name_still_runs_the_command() -> None:
+    """`lock` was the lease command's name: scripts that call it keep working, with the same options."""
+    parser = build_parser()
+    assert parser.parse_args(["lock", "--release"]).func is parser.parse_args(["lease", "--release"]).func
+    assert command_options()["lock"] == command_options()["lease"]
+    assert "lock" not in command_options(aliases=False)
+
+
 def test_every_option_of_every_command_is_documented() -> None:
     documented = {(usage.command, option) for usage in all_usages() for option in usage.options}
     words = {option for mention in all_mentions() for option in _OPTION_RE.findall(mention.text)}
     undocumented = [
         f"deploy-hosts {command} {option}"
-        for command, options in command_options().items()
+        for command, options in command_options(aliases=False).items()
         for option in sorted(options - {"--help", "--root"})
         if (command, option) not in documented
     ]

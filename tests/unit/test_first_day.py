@@ -20,10 +20,10 @@ from helpers.git_repo import git_checkout
 
 from narwhal_assets.cli.interactive import role_shell_command
 from narwhal_assets.cli.main import build_parser
-from narwhal_assets.core.deployment.prepare_inputs import discovery_inputs_digest, input_digests
 from narwhal_assets.core.discovery.manifest import CONFIG_FORMAT, DiscoveryManifest
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.core.jsonfile import render_json
+from narwhal_assets.core.prepared_run.prepare_inputs import discovery_inputs_digest, input_digests
 from narwhal_assets.core.roles import Role
 from narwhal_assets.local.checkout import Checkout, missing_run_problem, prepared_run_names
 from narwhal_assets.local.process_env import AccessInEnvironmentWarning, access_variables, scrub_access_variables

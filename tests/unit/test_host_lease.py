@@ -100,7 +100,7 @@ def test_a_stuck_record_refuses_every_taker_is_explained_and_cleared_without_fol
         where.write_text("{half")
     refused = call(tmp_path, "acquire", "t1" * 16)
     assert refused.outcome == "failed" and refused.state == "broken" and refused.problem
-    assert "deploy-hosts lock --release --force" in (refused.message or "")
+    assert "deploy-hosts lease --release --force" in (refused.message or "")
     shown = call(tmp_path, "show")
     assert shown.state == "broken" and shown.explain(shown.now).startswith("stuck: ")
     cleared = call(tmp_path, "clear")

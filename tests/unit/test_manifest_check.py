@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from narwhal_assets.core.deployment.manifest import DeploymentManifest, ManifestHost, PreparedFile, remote_dir_for
-from narwhal_assets.core.deployment.manifest_check import (
+from narwhal_assets.core.errors import InputError
+from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
+from narwhal_assets.core.prepared_run.manifest import DeploymentManifest, ManifestHost, PreparedFile, remote_dir_for
+from narwhal_assets.core.prepared_run.manifest_check import (
     FIX,
     REDISCOVER_FIX,
     CurrentAccess,
@@ -19,8 +21,6 @@ from narwhal_assets.core.deployment.manifest_check import (
     load_manifest,
     verify_manifest,
 )
-from narwhal_assets.core.errors import InputError
-from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 
 REVISION = "a" * 40
 DEPLOYMENT = "0123456789abcdef0123456789abcdef"

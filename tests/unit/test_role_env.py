@@ -10,21 +10,6 @@ from helpers.envfile import HYPO, VALUES, bash_view, needs_bash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from narwhal_assets.core.deployment.layout import PublishedSet, host_files
-from narwhal_assets.core.deployment.prepare_inputs import (
-    changed_inputs,
-    check_revision,
-    discovery_inputs_digest,
-    input_digests,
-    private_tree_paths,
-)
-from narwhal_assets.core.deployment.role_env import (
-    ExportInputs,
-    RoleEnvironment,
-    build_role_environments,
-    role_sources,
-    value_hmac,
-)
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.access_secrets import Needle
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
@@ -32,6 +17,21 @@ from narwhal_assets.core.inputs.settings import Layer, Settings
 from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch.fleet import EngineCredential, Fleet, FleetEngine, Hardware
 from narwhal_assets.core.launch.models import EngineLaunchConfig
+from narwhal_assets.core.prepared_run.layout import PublishedSet, host_files
+from narwhal_assets.core.prepared_run.prepare_inputs import (
+    changed_inputs,
+    check_revision,
+    discovery_inputs_digest,
+    input_digests,
+    private_tree_paths,
+)
+from narwhal_assets.core.prepared_run.role_env import (
+    ExportInputs,
+    RoleEnvironment,
+    build_role_environments,
+    role_sources,
+    value_hmac,
+)
 
 DEST_1 = "ops@SENTINEL-dest-one.example"
 DEST_2 = "SENTINEL-dest-two"

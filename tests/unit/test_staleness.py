@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from narwhal_assets.core.deployment.role_env import (
+from narwhal_assets.core.inputs.settings import Layer, Settings
+from narwhal_assets.core.prepared_run.role_env import (
     ExportLayer,
     RoleFileSources,
     RoleSources,
     VariableSource,
     value_hmac,
 )
-from narwhal_assets.core.deployment.staleness import changed_settings
-from narwhal_assets.core.inputs.settings import Layer, Settings
+from narwhal_assets.core.prepared_run.staleness import changed_settings
 
 SALT = "5a" * 32
 PREPARED = {"NARWHAL_ENGINE_MODEL_NAME": "demo", "NARWHAL_ENGINE_PORT": "8001", "NARWHAL_NODE_2_IP": "10.0.0.2"}

@@ -1,1 +1,1 @@
-"""A prepared deployment: its manifest and layout, role files, verification, what hosts run, pruning."""
+"""Deployments, a prepared run installed on hosts: which hosts run the latest one, drift, pruning."""

@@ -24,9 +24,9 @@ from typing import Any, Literal
 
 import dagster as dg
 
-from narwhal_assets.core.deployment.manifest import PreparedRun
 from narwhal_assets.core.errors import NarwhalError, RolloutFailed
 from narwhal_assets.core.inputs.inventory import HostEntry
+from narwhal_assets.core.prepared_run.manifest import PreparedRun
 from narwhal_assets.defs.installation.checks import evaluate_installed
 from narwhal_assets.defs.installation.prepared import checked_prepared_run
 from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, INSTALLATION

@@ -9,10 +9,10 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from narwhal_assets.core.deployment.layout import SOURCES_FILE
-from narwhal_assets.core.deployment.manifest import BUNDLE_FILE, MANIFEST_FILE
 from narwhal_assets.core.errors import NarwhalError
 from narwhal_assets.core.inputs.access_secrets import Scanner, access_needles, host_key_needles
+from narwhal_assets.core.prepared_run.layout import SOURCES_FILE
+from narwhal_assets.core.prepared_run.manifest import BUNDLE_FILE, MANIFEST_FILE
 from narwhal_assets.defs.discovery.assets import KNOWN_HOSTS
 from narwhal_assets.defs.keys import DEPLOYMENT_MANIFEST, PREPARE_COMMAND
 from narwhal_assets.defs.lineage import latest_metadata, upstream_metadata
@@ -22,7 +22,7 @@ from narwhal_assets.local.privatefiles import non_private
 from narwhal_assets.ssh.trust import KnownHostsStore
 from narwhal_assets.workflows.prepare import Prepared, prepare
 
-GROUP = "deployment"
+GROUP = "prepare"
 SOURCE_BUNDLE = dg.AssetKey("source_bundle")
 ROLE_ENVIRONMENTS = dg.AssetKey("role_environments")
 OP_NAME = "prepare_deployment"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from narwhal_assets.core.deployment.role_env import ExportLayer, RoleSources, VariableSource, value_hmac
 from narwhal_assets.core.inputs.settings import Settings
+from narwhal_assets.core.prepared_run.role_env import ExportLayer, RoleSources, VariableSource, value_hmac
 from narwhal_assets.core.roles import engine_number
 
 

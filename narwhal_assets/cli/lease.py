@@ -1,7 +1,7 @@
-"""`deploy-hosts lock [--host ID ... | --role ROLE ...] [--release [--force]]`: each host's deploy lease.
+"""`deploy-hosts lease [--host ID ... | --role ROLE ...] [--release [--force]]`: each host's deploy lease.
 
 Every install, rollback and prune holds a lease on each host it changes (`~/Narwhal-deploy/.lease`,
-workflows/lease.py). `lock` shows, per selected host (default: every host), what is there: free, held (by
+workflows/lease.py). `lease` shows, per selected host (default: every host), what is there: free, held (by
 whom, for what, until when), expired, or stuck (a record that is not a lease: what it is and why deploys
 refuse it). `--release` removes a lease only where its holder is proven gone (its process on this
 workstation ended) or it expired, and names the live holders it left; `--release --force` removes whatever is
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     failed = False
     for entry, report in zip(entries, reports, strict=True):
         if isinstance(report, str):
-            print(f"deploy-hosts lock: {report}", file=sys.stderr)
+            print(f"deploy-hosts lease: {report}", file=sys.stderr)
             failed = True
             continue
         now = report.now or time.time()
@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser("lock", help="each host's deploy lease: who holds it; --release it", description=__doc__)
+    parser = sub.add_parser("lease", aliases=["lock"], description=__doc__,
+                            help="each host's deploy lease: who holds it; --release it")
     add_selection(parser)
     parser.add_argument("--release", action="store_true",
                         help="remove leases whose holder is gone or whose lease expired (a live one is kept, named)")

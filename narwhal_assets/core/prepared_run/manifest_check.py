@@ -19,7 +19,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from narwhal_assets.core.deployment.manifest import (
+from narwhal_assets.core.errors import InputError, raise_if
+from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
+from narwhal_assets.core.inputs.settings import PROFILING_LIMITS_FILE
+from narwhal_assets.core.prepared_run.manifest import (
     BUNDLE_FILE,
     MANIFEST_FILE,
     MANIFEST_SCHEMA,
@@ -28,10 +31,7 @@ from narwhal_assets.core.deployment.manifest import (
     ManifestHost,
     PreparedFile,
 )
-from narwhal_assets.core.deployment.role_env import REMOTE_ENV_DIR, REMOTE_FLEET, REMOTE_TOOLS_DIR, TOOLS
-from narwhal_assets.core.errors import InputError, raise_if
-from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
-from narwhal_assets.core.inputs.settings import PROFILING_LIMITS_FILE
+from narwhal_assets.core.prepared_run.role_env import REMOTE_ENV_DIR, REMOTE_FLEET, REMOTE_TOOLS_DIR, TOOLS
 from narwhal_assets.core.roles import Role
 
 FIX = "prepare a new run (`deploy-hosts prepare`)"

@@ -16,13 +16,13 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
-from narwhal_assets.core.deployment.manifest import REVISION_RE
 from narwhal_assets.core.discovery.manifest import InputDigests
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.inventory import Inventory
 from narwhal_assets.core.inputs.settings import PATH_DEFAULTS, Layer, Settings
 from narwhal_assets.core.launch.fleet import API_KEY_ENV, engine_credential
 from narwhal_assets.core.launch.policy import FIELDS
+from narwhal_assets.core.prepared_run.manifest import REVISION_RE
 from narwhal_assets.core.roles import ROUTER_SSH, node_variable
 
 REVISION = "NARWHAL_DEPLOYMENT_REVISION"

@@ -8,14 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from narwhal_assets.core.deployment.manifest import PreparedFile
-from narwhal_assets.core.deployment.role_env import REMOTE_ENV_DIR, REMOTE_TOOLS_DIR, TOOLS, RoleEnvironment
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import PROFILING_LIMITS_FILE
 from narwhal_assets.core.jsonfile import render_json
 from narwhal_assets.core.launch.launch_records import engine_launch_file, engines_by_host
 from narwhal_assets.core.launch.models import EngineLaunchConfig, ServingRole
+from narwhal_assets.core.prepared_run.manifest import PreparedFile
+from narwhal_assets.core.prepared_run.role_env import REMOTE_ENV_DIR, REMOTE_TOOLS_DIR, TOOLS, RoleEnvironment
 from narwhal_assets.core.roles import Role
 
 FLEET_COPY = "fleet.local.json"
