@@ -59,7 +59,7 @@ discovery_job = dg.define_asset_job(
 prepare_job = dg.define_asset_job(
     PREPARE_JOB,
     selection=dg.AssetSelection.assets(prepare_deployment),
-    description="One verified deployment directory from the discovered config set",
+    description="One verified prepared run (runs/deployment-env/<id>/) from the discovered config set",
 )
 JOBS = [discovery_job, prepare_job, install_job]
 

@@ -7,7 +7,20 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from narwhal_assets.cli import access, discover, install, interactive, lease, plan, prepare, prune, resolve, status, ui
+from narwhal_assets.cli import (
+    access,
+    discover,
+    install,
+    lease,
+    plan,
+    prepare,
+    prune,
+    resolve,
+    shell,
+    status,
+    tunnel,
+    ui,
+)
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError
 from narwhal_assets.local import collector
@@ -22,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="deploy-hosts", description=__doc__)
     parser.add_argument("--root", type=Path, default=None, help=ROOT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (plan, discover, prepare, access, resolve, install, status, prune, lease, interactive, ui):
+    for module in (plan, discover, prepare, access, resolve, install, status, prune, lease, shell, tunnel, ui):
         module.register(sub)
     # `deploy-hosts plan --root X` works as well as `--root X plan`; an alias names the same parser (once here)
     for command in dict.fromkeys(sub.choices.values()):

@@ -54,7 +54,7 @@ def _metadata(result: dg.ExecuteInProcessResult) -> dict[dg.AssetKey, dict[str, 
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    help_text = "write one verified deployment directory from the discovered config set (the prepare_job)"
+    help_text = "write one verified prepared run from the discovered config set (the prepare_job)"
     parser = sub.add_parser(COMMAND, help=help_text, description=help_text)
     parser.add_argument("--out", metavar="DIR", help="a new directory (default: new under runs/deployment-env/)")
     parser.set_defaults(func=run)

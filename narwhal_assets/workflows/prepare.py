@@ -1,4 +1,4 @@
-"""`prepare`: the published config set as one self-contained, verified deployment directory (docs/prepare.md).
+"""`prepare`: the published config set as one self-contained, verified prepared run (docs/prepare.md).
 
 Everything that can be wrong with the operator's input is checked before the directory exists: the
 revision, the output directory, that discovery saw the current inventory and settings, the revision's

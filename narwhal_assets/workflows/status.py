@@ -27,7 +27,7 @@ from narwhal_assets.ssh.transport import Connector
 from narwhal_assets.ssh.trust import TrustMode
 from narwhal_assets.workflows.install import call_installer, install_files
 
-RUNS_LIMIT = 1000  # prepared runs read from the workstation's deployment directory
+RUNS_LIMIT = 1000  # prepared runs read from the workstation's runs/deployment-env/
 PARALLEL = HOSTS_AT_ONCE
 SHORT = 12  # characters of a deployment id or revision in a table or a prune line
 

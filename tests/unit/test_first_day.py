@@ -18,7 +18,6 @@ import pytest
 from fleetsim.__main__ import stop_command
 from helpers.git_repo import git_checkout
 
-from narwhal_assets.cli.interactive import role_shell_command
 from narwhal_assets.cli.main import build_parser
 from narwhal_assets.core.discovery.manifest import CONFIG_FORMAT, DiscoveryManifest
 from narwhal_assets.core.inputs.settings import Settings
@@ -27,6 +26,7 @@ from narwhal_assets.core.prepared_run.prepare_inputs import discovery_inputs_dig
 from narwhal_assets.core.roles import Role
 from narwhal_assets.local.checkout import Checkout, missing_run_problem, prepared_run_names
 from narwhal_assets.local.process_env import AccessInEnvironmentWarning, access_variables, scrub_access_variables
+from narwhal_assets.workflows.shell import role_shell_command
 
 PASSWORD = "SENTINEL-PW-first-day"
 DEST_1 = "SENTINEL-DEST-ops@gpu-a.example"

@@ -1,23 +1,20 @@
 """`tunnel --forward`: what reaches OpenSSH's `-L` is a forward it accepts, IPv6 hosts in brackets; anything
 else (a local port given twice included) is refused as bad input before OpenSSH runs; `--role` defaults to the
-router's host, as upstream's. The tunnel's OpenSSH runs as a child: signals reach it, its exit status is the
-tunnel's, and nothing it started outlives it."""
+router's host, as upstream's."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from narwhal_assets.cli import interactive
-from narwhal_assets.cli.interactive import parse_forward
 from narwhal_assets.cli.main import build_parser, main
+from narwhal_assets.cli.tunnel import parse_forward, parse_forwards
 from narwhal_assets.core.errors import InputError
+from narwhal_assets.local.checkout import Checkout
 from narwhal_assets.ssh.destination import resolve_endpoint
 from narwhal_assets.ssh.openssh import openssh_command
+from narwhal_assets.workflows.shell import role_host_openssh
 
 
 def local_forward(text: str, tmp_path: Path) -> str:
@@ -52,7 +49,7 @@ def test_tunnel_defaults_to_the_router_and_refuses_a_local_port_given_twice(
     root.mkdir()
     (root / ".env").write_text("NARWHAL_ROUTER_SSH=u@[127.0.0.3]:2203\nNARWHAL_NODE_1_SSH=u@[127.0.0.4]:2204\n")
     args = tunnel_args(root, "18000:8000", "19090:9090")
-    command = interactive.build(args)  # type: ignore[arg-type]
+    command = role_host_openssh(Checkout.open(root), args.role, forwards=parse_forwards(args.forward))  # type: ignore[attr-defined]
     assert args.role == "router"  # type: ignore[attr-defined]
     argv = command.argv
     assert argv[argv.index("-p") + 1] == "2203" and argv[-1] == "127.0.0.3"
@@ -62,39 +59,3 @@ def test_tunnel_defaults_to_the_router_and_refuses_a_local_port_given_twice(
     rc = main(["--root", str(root), "tunnel", "--forward", "18000:8000", "--forward", "18000:9090"])
     assert rc == 2
     assert "--forward: local port 18000 given more than once" in capsys.readouterr().err
-
-
-# --------------------------------------------------------------------------------------- the tunnel's OpenSSH child
-
-RUN_OPENSSH = ("import sys\n"
-               "from narwhal_assets.cli.interactive import run_openssh\n"
-               "from narwhal_assets.ssh.openssh import OpenSshCommand\n"
-               "sys.exit(run_openssh(OpenSshCommand(['sh', '-c', sys.argv[1]])))\n")  # fmt: skip
-
-
-def tunnel_process(script: str) -> subprocess.Popen[str]:
-    """`run_openssh` in its own process (it makes that process a subreaper) with `script` standing in for ssh."""
-    return subprocess.Popen([sys.executable, "-c", RUN_OPENSSH, script], stdout=subprocess.PIPE, text=True)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def test_what_ssh_leaves_behind_ends_with_it_even_when_it_ignores_sighup(tmp_path: Path) -> None:
-    """A ProxyCommand/ProxyJump hop that ignores SIGHUP would outlive ssh (and hold the terminal's pipes)."""
-    left = tmp_path / "left.pid"
-    script = f"trap '' HUP; (trap '' HUP; exec sleep 300) </dev/null >/dev/null 2>&1 & echo $! > {left}; exit 3"
-    assert tunnel_process(script).wait(timeout=30) == 3  # ssh's own exit status
-    assert not alive(int(left.read_text()))
-
-
-def test_sigterm_reaches_ssh_and_its_status_is_the_tunnels() -> None:
-    process = tunnel_process("trap 'exit 7' TERM; echo ready; while :; do sleep 0.1; done")
-    assert process.stdout is not None and process.stdout.readline() == "ready\n"
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 7
