@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from helpers.dagster_dev import CHROMIUM, require_browser
 from helpers.loopback import free_port
+from helpers.procfs import alive, proc_fields
 from playwright.sync_api import expect, sync_playwright
 
 PASSWORD = "SENTINEL-PW-first-day"
@@ -24,14 +25,6 @@ DESTINATION = "SENTINEL-DEST-ops@gpu-a.example"
 READY_S = 240.0
 STOP_S = 15.0  # "within seconds": the command interrupts, then kills after 8 s
 SERVING = "deploy-hosts ui: serving "
-
-
-def proc_fields(pid: int) -> list[str] | None:
-    """state, ppid, pgrp, ... of /proc/<pid>/stat (after the `(comm)`), or None once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace").rsplit(")", 1)[1].split()
-    except OSError:
-        return None
 
 
 def tree(root_pid: int) -> set[int]:
@@ -47,11 +40,6 @@ def tree(root_pid: int) -> set[int]:
         found |= more
         grew = bool(more)
     return found
-
-
-def alive(pid: int) -> bool:
-    fields = proc_fields(pid)
-    return fields is not None and fields[0] != "Z"
 
 
 @pytest.fixture

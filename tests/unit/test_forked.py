@@ -12,16 +12,9 @@ import threading
 from pathlib import Path
 
 from helpers.polling import wait_for
+from helpers.procfs import alive
 
 from narwhal_assets.local.forked import forked
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def in_a_fresh_process(body: str) -> list[str]:

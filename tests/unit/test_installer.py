@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers.installer_host import ROLE_FILE, Host
+from helpers.procfs import proc_fields
 
 from narwhal_assets.core.errors import ReportError
 from narwhal_assets.host.installer import files_sha256
@@ -33,9 +34,10 @@ def test_install_activate_then_reuse_receives_nothing(host: Host) -> None:
                                                         ["-s", "-v", "-z"]]  # fmt: skip
 
 
-def proc_stat(pid: int) -> list[str]:
-    """/proc/PID/stat after the `(comm)`: [0] the state, [19] the start time."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def stat_of(pid: int) -> list[str]:
+    fields = proc_fields(pid)
+    assert fields is not None, f"process {pid} is gone"
+    return fields
 
 
 def lock_held_by(host: Host, pid: int) -> Path:
@@ -43,7 +45,7 @@ def lock_held_by(host: Host, pid: int) -> Path:
     lock = host.base / ".install-lock"
     lock.mkdir(parents=True)
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    owner = {"pid": pid, "start": proc_stat(pid)[19], "boot": boot, "since": "2026-12-01T00:00:00Z", "by": "ci job 7"}
+    owner = {"pid": pid, "start": stat_of(pid)[19], "boot": boot, "since": "2026-12-01T00:00:00Z", "by": "ci job 7"}
     (lock / "owner.json").write_text(json.dumps(owner))
     return lock
 
@@ -70,7 +72,7 @@ def test_a_lock_whose_owner_is_a_zombie_is_stale(host: Host) -> None:
     try:
         lock_held_by(host, sleeper.pid)
         sleeper.kill()
-        while proc_stat(sleeper.pid)[0] != "Z":  # killed, not reaped: this test is its parent
+        while stat_of(sleeper.pid)[0] != "Z":  # killed, not reaped: this test is its parent
             time.sleep(0.01)
         assert host.call("status", remote_base="Narwhal-deploy").deployments[0].state == "incomplete"
         assert host.install().outcome == "activated"

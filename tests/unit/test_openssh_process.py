@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.procfs import alive
+
 RUN_OPENSSH = ("import sys\n"
                "from narwhal_assets.ssh.openssh_process import run_openssh\n"
                "from narwhal_assets.ssh.openssh import OpenSshCommand\n"
@@ -17,14 +19,6 @@ RUN_OPENSSH = ("import sys\n"
 def tunnel_process(script: str) -> subprocess.Popen[str]:
     """`run_openssh` in its own process (it makes that process a subreaper) with `script` standing in for ssh."""
     return subprocess.Popen([sys.executable, "-c", RUN_OPENSSH, script], stdout=subprocess.PIPE, text=True)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_what_ssh_leaves_behind_ends_with_it_even_when_it_ignores_sighup(tmp_path: Path) -> None:
