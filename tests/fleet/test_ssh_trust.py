@@ -305,7 +305,7 @@ def assert_nowhere(secret: str, roots: list[Path], dagster_home: Path | None = N
 
 
 def assert_handed_over_by_pipe(pid: int, secret: str) -> None:
-    """The running processes' view of the handover (test_ssh_units checks the same rules on the argv and fd
+    """The running processes' view of the handover (test_openssh checks the same rules on the argv and fd
     before exec): `sshpass -d FD` with FD a pipe, and no process holds an open file containing the secret."""
     argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
     assert argv[:2] == [b"sshpass", b"-d"], argv[:3]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.env_checkout import run_cli, write_checkout
 from helpers.envfile import ANY_CHAR, HYPO, VALUES, bash_view, needs_bash
 from hypothesis import given
 from hypothesis import strategies as st
@@ -238,6 +240,18 @@ def test_load_env_file_reads_at_most_the_size_limit(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         load_env_file(path)
     assert info.value.problems == [f"{path}: larger than 1048576 bytes (see docs/limits.md)"]
+
+
+def test_tunnel_with_a_100kb_password_exits_2_naming_the_variable_without_hanging(tmp_path: Path) -> None:
+    secret = "SENTINEL" + "q" * 100_000
+    root = write_checkout(tmp_path / "c", f"NARWHAL_NODE_2_SSH_PASSWORD={secret}")
+    try:
+        done = run_cli(root, "tunnel", "--role", "engine-2", "--forward", "18080:8000", timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("tunnel hung handing over a 100 KB password")
+    assert done.returncode == 2, done.stderr
+    assert "NARWHAL_NODE_2_SSH_PASSWORD: value is longer than 512 bytes" in done.stderr
+    assert "SENTINEL" not in done.stderr + done.stdout
 
 
 def test_render_exports_is_sorted_single_quoted() -> None:

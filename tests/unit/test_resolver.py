@@ -1,24 +1,18 @@
-"""How destinations resolve through `ssh -G`: the cache follows every file an answer came from, a `Match exec`
-config is asked every time, a hanging `ssh -G` is stopped at its deadline, refusals name option and file;
-`deploy-hosts resolve` prints what the issue specifies."""
+"""How destinations resolve through `ssh -G` (`ssh/resolver.py`): the cache follows every file an answer came
+from, a `Match exec` config is asked every time, a hanging `ssh -G` is stopped at its deadline, refusals name
+option and file."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 import pytest
 
-from narwhal_assets.cli.main import main
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.ssh import resolver
 from narwhal_assets.ssh.destination import resolve_endpoint
-
-RESOLVE_FIELDS = ["destination", "hostname", "port", "user", "identity_files", "certificate_files",
-                  "identities_only", "identity_agent", "host_key_alias", "known_hosts_names", "proxy_command",
-                  "jumps", "connect_timeout", "not_applied"]  # fmt: skip
 
 
 @pytest.fixture
@@ -66,6 +60,20 @@ def test_an_answer_is_cached_until_a_file_it_came_from_changes(
     assert resolve_endpoint("gpu1", config).port == 2201 and calls(counted_ssh, "gpu1") == 5
 
 
+def test_an_edited_config_or_included_file_takes_effect_at_the_next_resolve(tmp_path: Path) -> None:
+    """Parsed configs are kept per process (a fleet resolves each host several times); an edit is not missed."""
+    included = tmp_path / "fleet.conf"
+    included.write_text("Host gpu1\n  HostName 10.1.0.1\n")
+    config = tmp_path / "config"
+    config.write_text(f"Include {included}\nHost gpu2\n  HostName 10.1.0.2\n")
+    assert [resolve_endpoint(alias, config).host for alias in ("gpu1", "gpu2", "gpu1")] == ["10.1.0.1", "10.1.0.2",
+                                                                                          "10.1.0.1"]  # fmt: skip
+    included.write_text("Host gpu1\n  HostName 10.1.0.11\n  Port 2201\n")
+    config.write_text(config.read_text().replace("10.1.0.2", "10.1.0.12"))
+    assert (resolve_endpoint("gpu1", config).host, resolve_endpoint("gpu1", config).port) == ("10.1.0.11", 2201)
+    assert resolve_endpoint("gpu2", config).host == "10.1.0.12"
+
+
 def test_a_config_with_match_exec_is_asked_every_time(tmp_path: Path, counted_ssh: Path) -> None:
     ran = tmp_path / "exec-ran"
     config = tmp_path / "config"
@@ -108,80 +116,3 @@ def test_a_config_openssh_rejects_is_refused_naming_file_and_line(tmp_path: Path
         resolve_endpoint("gpu1", config)
     [line] = refused.value.problems
     assert line.startswith(f"ssh config {config}: OpenSSH refuses it: {config}") and said in line
-
-
-def test_host_key_alias_names_the_store_entry_whatever_the_port(tmp_path: Path) -> None:
-    """What real ssh records (checked by hand with OpenSSH 9.2 and in tests/fleet): the lowercased alias
-    alone, never `[alias]:port`; without an alias, `[host]:port` off port 22."""
-    config = tmp_path / "config"
-    config.write_text("Host a\n  HostName 10.0.0.1\n  Port 2222\n  HostKeyAlias Gpu-Alias\nHost b\n  HostName 10.0.0.2"
-                      "\n  Port 2222\n")  # fmt: skip
-    aliased, plain = resolve_endpoint("a", config), resolve_endpoint("b", config)
-    assert (aliased.known_host, aliased.known_hosts_names) == (("gpu-alias", 22), ("gpu-alias",))
-    assert plain.known_hosts_names == ("[10.0.0.2]:2222",)
-
-
-def test_not_applied_lists_what_the_config_sets_and_these_connections_override(tmp_path: Path) -> None:
-    config = tmp_path / "config"
-    config.write_text("Host a\n  HostName 10.0.0.1\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
-                      "  ForwardAgent yes\n  SendEnv LANG LC_*\n  GSSAPIAuthentication yes\n")  # fmt: skip
-    endpoint = resolve_endpoint("a", config)
-    assert endpoint.refusal() is None
-    listed = {(n.option, n.value) for n in endpoint.not_applied}
-    # OpenSSH turns UpdateHostKeys off itself when UserKnownHostsFile is not its default
-    assert listed == {("StrictHostKeyChecking", "false"), ("UserKnownHostsFile", "/dev/null"),
-                      ("UpdateHostKeys", "false"),
-                      ("ForwardAgent", "yes"), ("SendEnv", "LANG"), ("SendEnv", "LC_*"),
-                      ("GSSAPIAuthentication", "yes")}  # fmt: skip
-
-
-def resolve_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main(["resolve", *args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def test_resolve_prints_each_destination_in_order_and_exits_2_for_a_refused_one(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    key = tmp_path / "id_test"
-    key.write_text("not a key")
-    (tmp_path / "id_test-cert.pub").write_text("ssh-ed25519-cert-v01@openssh.com AAAAIHNzaC1lZDI1NTE5LWNlcnQ=\n")
-    config = tmp_path / "config"
-    config.write_text(f"Host bastion\n  HostName 127.0.0.9\n  User jump\n  Port 2200\nHost app\n  HostName 10.0.0.7\n"
-                      f"  ProxyJump bastion\n  IdentityFile {key}\n  IdentitiesOnly yes\n  ConnectTimeout 4\n"
-                      "  ServerAliveInterval 9\nHost ssm\n  ProxyCommand aws ssm start-session --target %h\n"
-                      "Host fd\n  ProxyCommand helper %h\n  ProxyUseFdpass yes\n")  # fmt: skip
-    rc, out, _ = resolve_cli(capsys, "--ssh-config", str(config), "--json", "ops@app", "ssm", "fd")
-    assert rc == 2
-    app, ssm, fd = json.loads(out)
-    assert list(app) == RESOLVE_FIELDS
-    assert (app["destination"], app["hostname"], app["port"], app["user"]) == ("ops@app", "10.0.0.7", 22, "ops")
-    assert (app["identity_files"], app["identities_only"], app["connect_timeout"]) == ([str(key)], True, 4)
-    assert app["known_hosts_names"] == ["10.0.0.7"] and app["proxy_command"] is None
-    [hop] = app["jumps"]
-    assert list(hop) == RESOLVE_FIELDS and (hop["hostname"], hop["port"], hop["user"]) == ("127.0.0.9", 2200, "jump")
-    assert hop["known_hosts_names"] == ["[127.0.0.9]:2200"] and hop["jumps"] == []
-    alive = "overridden: keep-alives follow NARWHAL_SSH_ALIVE_INTERVAL and NARWHAL_SSH_ALIVE_COUNT"
-    assert {"option": "ServerAliveInterval", "value": "9", "reason": alive} in app["not_applied"]
-    assert ssm["proxy_command"] == "aws ssm start-session --target ssm" and ssm["jumps"] == []
-    assert fd == {"destination": "fd", "error": f"ProxyUseFdpass yes (ssh config {config}): a ProxyCommand that "
-                                                  "passes a connected descriptor is not supported"}  # fmt: skip
-
-    rc, out, _ = resolve_cli(capsys, "--ssh-config", str(config), "ops@app", "fd")
-    first, second = out.splitlines()
-    assert rc == 2 and first.startswith("ops@app: ops@10.0.0.7:22 via jump@127.0.0.9:2200 keys ")
-    assert "known as 10.0.0.7" in first and second.startswith("fd: refused: ProxyUseFdpass yes")
-    rc, out, _ = resolve_cli(capsys, "--ssh-config", str(config), "ssm")
-    assert rc == 0 and "(ProxyCommand aws ssm start-session --target ssm)" in out
-
-
-def test_resolve_defaults_to_the_checkout_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = tmp_path / "checkout"
-    root.mkdir()
-    (root / "ssh_config").write_text("Host gpu1\n  HostName 10.9.0.1\n")
-    (root / ".env").write_text("NARWHAL_NODE_1_SSH=gpu1\nNARWHAL_SSH_CONFIG=ssh_config\n")
-    capsys.readouterr()
-    assert main(["--root", str(root), "resolve", "--json", "gpu1"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["hostname"] == "10.9.0.1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.env_checkout import run_cli, write_checkout
 
 from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.inputs.settings import PATH_DEFAULTS, Layer, Settings
@@ -155,3 +156,28 @@ def test_process_values_are_held_to_their_limits_with_the_files_problems(tmp_pat
     (root / ".env").unlink()
     del environ["NARWHAL_NODE_1_SSH_PASSWORD"]
     assert Settings.load(root, environ=environ).get("NARWHAL_ENGINE_MODEL_NAME") == "m" * 256
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_ssh_config_naming_a_missing_file_or_a_directory_exits_2_naming_the_variable(
+    tmp_path: Path, kind: str
+) -> None:
+    target = tmp_path / "ssh_config"
+    if kind == "directory":
+        target.mkdir()
+    root = write_checkout(tmp_path / "c", f"NARWHAL_SSH_CONFIG={target}")
+    with pytest.raises(InputError, match=r"^NARWHAL_SSH_CONFIG: .* (does not exist|is a directory)"):
+        _ = Settings.load(root).ssh_config_path
+    done = run_cli(root, "check-access", "--timeout", "2")
+    assert done.returncode == 2, done.stderr
+    assert "error: NARWHAL_SSH_CONFIG:" in done.stderr and "cannot connect" not in done.stderr
+
+
+def test_ssh_config_default_and_relative_values(tmp_path: Path) -> None:
+    root = write_checkout(tmp_path / "c", "NARWHAL_SSH_CONFIG=conf/ssh_config")
+    (root / "conf").mkdir()
+    (root / "conf" / "ssh_config").write_text("Host x\n  HostName 10.0.0.1\n")
+    assert Settings.load(root).ssh_config_path == root / "conf" / "ssh_config"
+    unset = write_checkout(tmp_path / "d")
+    home = Path("~/.ssh/config").expanduser()
+    assert Settings.load(unset).ssh_config_path == (home if home.is_file() else None)

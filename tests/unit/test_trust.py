@@ -25,6 +25,8 @@ from narwhal_assets.ssh.trust import (
     KnownHostsStore,
     StagedKey,
     TrustMode,
+    fingerprint_of,
+    host_pattern,
     known_hosts_name,
 )
 
@@ -506,3 +508,130 @@ def test_a_changed_key_under_a_ca_says_no_certificate_was_presented(keys: Keys, 
     with pytest.raises(HostKeyChanged, match=r"HOST KEY CHANGED: .*line 1 trusts a certificate authority .* no cert"):
         store.verify("node-1", "gpu1", 22, host_key(keys.a), STRICT)
     assert verdict(store, "gpu1", 22, keys.cert) == "known"
+
+
+def keypair(tmp_path: Path, name: str) -> HostKey:
+    """A fresh ed25519 key in `tmp_path`, as the transport presents it."""
+    return host_key(make_key(tmp_path, name))
+
+
+def test_fingerprint_matches_ssh_keygen(tmp_path: Path) -> None:
+    key = keypair(tmp_path, "k")
+    listed = subprocess.run(["ssh-keygen", "-lf", str(tmp_path / "k.pub")], capture_output=True, text=True, check=True)
+    assert fingerprint_of(base64.b64decode(key.blob_b64)) == listed.stdout.split()[1]
+
+
+def test_lookup_honours_hashed_bracketed_wildcard_negated_and_revoked_entries(tmp_path: Path) -> None:
+    a, b, c, d = (keypair(tmp_path, n) for n in "abcd")
+    store_path = tmp_path / "known_hosts"
+    store_path.write_text(
+        "# a comment that must survive\n"
+        f"{hashed('[10.0.0.5]:2222')} {a.key_type} {a.blob_b64}\n"
+        f"*.fleet.example,!bad.fleet.example {b.key_type} {b.blob_b64}\n"
+        f"@revoked gpu9 {c.key_type} {c.blob_b64}\n"
+        f"@cert-authority *.ca.example {d.key_type} {d.blob_b64}\n"
+    )
+    store = KnownHostsStore(store_path)
+    assert store.keys_for("10.0.0.5", 2222) == [a]
+    assert store.keys_for("10.0.0.5", 22) == []
+    assert store.keys_for("gpu1.fleet.example", 22) == [b]
+    assert store.keys_for("bad.fleet.example", 22) == []
+    assert store.keys_for("x.ca.example", 22) == []
+    assert store.verify("h", "10.0.0.5", 2222, a, TrustMode.STRICT).outcome == "known"
+    with pytest.raises(HostKeyRevoked, match="revoked"):
+        store.verify("h", "gpu9", 22, c, TrustMode.ACCEPT_NEW)
+
+
+@pytest.mark.parametrize(
+    ("host", "port"),
+    [("10.0.0.5", 2222), ("10.0.0.5", 22), ("gpu1.fleet.example", 22), ("bad.fleet.example", 22), ("gpu7", 22),
+     ("GPU7", 22), ("h1.x", 22), ("h12.x", 22), ("h1.x", 2222)],
+)  # fmt: skip
+def test_lookup_finds_what_ssh_keygen_finds_in_file_order(tmp_path: Path, host: str, port: int) -> None:
+    """OpenSSH is the oracle: `[` is literal (as in `[host]:port`), names compare without case, `*` and `?`
+    are the wildcards, and several lines for one name come back in file order (plain and patterned mixed)."""
+    a, b, c, d = (keypair(tmp_path, n) for n in "abcd")
+    store_path = tmp_path / "known_hosts"
+    store_path.write_text(
+        f"[10.0.0.5]:2222 {a.key_type} {a.blob_b64}\n"
+        f"*.Fleet.example,!bad.fleet.example {b.key_type} {b.blob_b64}\n"
+        f"GPU7 {c.key_type} {c.blob_b64}\n"
+        f"h?.x,[h1.x]:2222 {d.key_type} {d.blob_b64}\n"
+        f"[10.0.0.5]:2222,gpu7 {d.key_type} {d.blob_b64}\n"
+    )
+    name = host_pattern(host, port)
+    found = subprocess.run(["ssh-keygen", "-F", name, "-f", str(store_path)], capture_output=True, text=True,
+                           check=False).stdout  # fmt: skip
+    expected = [line.split()[2] for line in found.splitlines() if line and not line.startswith("#")]
+    assert [key.blob_b64 for key in KnownHostsStore(store_path).keys_for(host, port)] == expected
+
+
+def test_accept_new_appends_without_rewriting_and_strict_refuses_unknown(tmp_path: Path) -> None:
+    a, b = keypair(tmp_path, "a"), keypair(tmp_path, "b")
+    store_path = tmp_path / "config" / "known_hosts"
+    store_path.parent.mkdir()
+    original = f"# keep me\n{hashed('other')} {b.key_type} {b.blob_b64}"  # no trailing newline
+    store_path.write_text(original)
+    store = KnownHostsStore(store_path)
+    with pytest.raises(HostKeyUnknown, match="host node-1 \\(h1:22\\): host key SHA256:"):
+        store.verify("node-1", "h1", 22, a, TrustMode.STRICT)
+    assert store.verify("node-1", "h1", 22, a, TrustMode.ACCEPT_NEW).outcome == "added"
+    text = store_path.read_text()
+    assert text.startswith(original + "\n") and text.endswith(f"h1 {a.key_type} {a.blob_b64}\n")
+    assert oct(store_path.stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(HostKeyChanged) as changed:
+        store.verify("node-1", "h1", 22, b, TrustMode.ACCEPT_NEW)
+    assert a.fingerprint in str(changed.value) and b.fingerprint in str(changed.value)
+    assert store_path.read_text() == text
+
+
+def test_staged_store_writes_nothing_until_commit(tmp_path: Path) -> None:
+    a, b = keypair(tmp_path, "a"), keypair(tmp_path, "b")
+    store = KnownHostsStore(tmp_path / "known_hosts", staged=True)
+    assert store.verify("node-1", "h1", 22, a, TrustMode.ACCEPT_NEW).outcome == "added"
+    assert not store.path.exists()
+    with pytest.raises(HostKeyChanged):
+        store.verify("node-1", "h1", 22, b, TrustMode.ACCEPT_NEW)
+    assert store.commit() == [a.fingerprint]
+    assert store.keys_for("h1", 22) == [a]
+
+
+def test_replace_requires_the_verified_fingerprint_and_keeps_other_lines(tmp_path: Path) -> None:
+    a, b, other = keypair(tmp_path, "a"), keypair(tmp_path, "b"), keypair(tmp_path, "o")
+    store_path = tmp_path / "known_hosts"
+    store_path.write_text(f"# c\n{hashed('h1')} {a.key_type} {a.blob_b64}\nh2 {other.key_type} {other.blob_b64}\n")
+    store = KnownHostsStore(store_path)
+    before = store_path.read_bytes()
+    with pytest.raises(HostKeyChanged, match="nothing changed"):
+        store.replace("node-1", "h1", 22, b, a.fingerprint)
+    assert store_path.read_bytes() == before
+    store.replace("node-1", "h1", 22, b, b.fingerprint)
+    assert store_path.read_text() == f"# c\nh2 {other.key_type} {other.blob_b64}\nh1 {b.key_type} {b.blob_b64}\n"
+
+
+def test_host_pattern() -> None:
+    assert host_pattern("h", 22) == "h" and host_pattern("h", 2222) == "[h]:2222"
+
+
+def test_a_key_listed_plainly_and_as_revoked_is_refused_on_every_path(tmp_path: Path) -> None:
+    a, b = keypair(tmp_path, "a"), keypair(tmp_path, "b")
+    store_path = tmp_path / "known_hosts"
+    for plain in ("h1", hashed("h1")):
+        store_path.write_text(f"{plain} {a.key_type} {a.blob_b64}\n@revoked h1 {a.key_type} {a.blob_b64}\n")
+        store = KnownHostsStore(store_path)
+        for mode in TrustMode:
+            with pytest.raises(HostKeyRevoked) as refused:
+                store.verify("node-1", "h1", 22, a, mode)
+            assert "HOST KEY REVOKED" in str(refused.value) and a.fingerprint in str(refused.value)
+            assert "deploy-hosts trust" not in str(refused.value), "a revoked key must not be trusted again"
+        before = store_path.read_bytes()
+        with pytest.raises(HostKeyRevoked):
+            store.replace("node-1", "h1", 22, a, a.fingerprint)
+        assert store_path.read_bytes() == before
+    # accept-new: staged while unknown, revoked (and listed) before the commit: the commit refuses it
+    staged = KnownHostsStore(tmp_path / "staged_known_hosts", staged=True)
+    assert staged.verify("node-1", "h1", 22, a, TrustMode.ACCEPT_NEW).outcome == "added"
+    assert staged.verify("node-2", "h2", 22, b, TrustMode.ACCEPT_NEW).outcome == "added"
+    staged.path.write_text(f"h1 {a.key_type} {a.blob_b64}\n@revoked * {a.key_type} {a.blob_b64}\n")
+    with pytest.raises(HostKeyRevoked):
+        staged.commit()
