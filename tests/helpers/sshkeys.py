@@ -55,16 +55,8 @@ def sign_host(ca: Key, key: Key, name: str, *options: str) -> Key:
     return Key(signed)
 
 
-class Hashed(bytes):
-    """A hashed name: bytes where a known-hosts line is built as bytes, its text where it is built as a str
-    (`str()`, an f-string)."""
-
-    def __str__(self) -> str:
-        return self.decode("ascii")
-
-
-def hashed(name: str, salt: bytes | None = None) -> Hashed:
+def hashed(name: str, salt: bytes | None = None) -> bytes:
     """`name` as OpenSSH's HashKnownHosts writes it."""
     salt = os.urandom(20) if salt is None else salt
     digest = hmac.new(salt, name.encode(), hashlib.sha1).digest()
-    return Hashed(b"|1|" + base64.b64encode(salt) + b"|" + base64.b64encode(digest))
+    return b"|1|" + base64.b64encode(salt) + b"|" + base64.b64encode(digest)

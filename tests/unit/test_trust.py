@@ -526,7 +526,7 @@ def test_lookup_honours_hashed_bracketed_wildcard_negated_and_revoked_entries(tm
     store_path = tmp_path / "known_hosts"
     store_path.write_text(
         "# a comment that must survive\n"
-        f"{hashed('[10.0.0.5]:2222')} {a.key_type} {a.blob_b64}\n"
+        f"{hashed('[10.0.0.5]:2222').decode()} {a.key_type} {a.blob_b64}\n"
         f"*.fleet.example,!bad.fleet.example {b.key_type} {b.blob_b64}\n"
         f"@revoked gpu9 {c.key_type} {c.blob_b64}\n"
         f"@cert-authority *.ca.example {d.key_type} {d.blob_b64}\n"
@@ -570,7 +570,7 @@ def test_accept_new_appends_without_rewriting_and_strict_refuses_unknown(tmp_pat
     a, b = keypair(tmp_path, "a"), keypair(tmp_path, "b")
     store_path = tmp_path / "config" / "known_hosts"
     store_path.parent.mkdir()
-    original = f"# keep me\n{hashed('other')} {b.key_type} {b.blob_b64}"  # no trailing newline
+    original = f"# keep me\n{hashed('other').decode()} {b.key_type} {b.blob_b64}"  # no trailing newline
     store_path.write_text(original)
     store = KnownHostsStore(store_path)
     with pytest.raises(HostKeyUnknown, match="host node-1 \\(h1:22\\): host key SHA256:"):
@@ -599,7 +599,8 @@ def test_staged_store_writes_nothing_until_commit(tmp_path: Path) -> None:
 def test_replace_requires_the_verified_fingerprint_and_keeps_other_lines(tmp_path: Path) -> None:
     a, b, other = keypair(tmp_path, "a"), keypair(tmp_path, "b"), keypair(tmp_path, "o")
     store_path = tmp_path / "known_hosts"
-    store_path.write_text(f"# c\n{hashed('h1')} {a.key_type} {a.blob_b64}\nh2 {other.key_type} {other.blob_b64}\n")
+    h1 = hashed("h1").decode()
+    store_path.write_text(f"# c\n{h1} {a.key_type} {a.blob_b64}\nh2 {other.key_type} {other.blob_b64}\n")
     store = KnownHostsStore(store_path)
     before = store_path.read_bytes()
     with pytest.raises(HostKeyChanged, match="nothing changed"):
@@ -616,7 +617,7 @@ def test_host_pattern() -> None:
 def test_a_key_listed_plainly_and_as_revoked_is_refused_on_every_path(tmp_path: Path) -> None:
     a, b = keypair(tmp_path, "a"), keypair(tmp_path, "b")
     store_path = tmp_path / "known_hosts"
-    for plain in ("h1", hashed("h1")):
+    for plain in ("h1", hashed("h1").decode()):
         store_path.write_text(f"{plain} {a.key_type} {a.blob_b64}\n@revoked h1 {a.key_type} {a.blob_b64}\n")
         store = KnownHostsStore(store_path)
         for mode in TrustMode:
