@@ -1,4 +1,4 @@
-"""`deploy-hosts prepare [--out DIR]`: materialize the `deployment` group and say where it went."""
+"""`deploy-hosts prepare [--out DIR]`: materialize the `prepare` group and say where it went."""
 
 from __future__ import annotations
 

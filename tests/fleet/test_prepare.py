@@ -412,7 +412,7 @@ def test_dagster_cli_materialize_produces_the_same_files(
     dagster = Path(sys.executable).with_name("dagster")
     env = {**os.environ, "NARWHAL_ROOT": str(discovered)}
     done = subprocess.run(
-        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "group:deployment"],
+        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "group:prepare"],
         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
@@ -420,6 +420,23 @@ def test_dagster_cli_materialize_produces_the_same_files(
     assert comparable(default_out) == comparable(tmp_path / "by-command")
     assert default_out.stat().st_mode & 0o777 == 0o700
     assert not any(s in done.stdout + done.stderr for s in [PASSWORD, *DESTINATIONS.values()])
+
+
+def test_a_selection_of_every_asset_installs_no_host(discovered: Path, tmp_path: Path) -> None:
+    """A selection that matches nothing (here the prepare group's earlier name) makes Dagster's CLI run every
+    asset; host_installation then fails at once, saying how to name the hosts, and no host is touched."""
+    dagster = Path(sys.executable).with_name("dagster")
+    Path(os.environ["DAGSTER_HOME"]).mkdir(exist_ok=True)
+    env = {**os.environ, "NARWHAL_ROOT": str(discovered)}
+    done = subprocess.run(
+        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "group:deployment"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-4000:]
+    assert "host_installation is partitioned by host: name the hosts (`--partition node-1`" in output
+    assert "Cannot access partition_key" not in output
+    assert not any(s in output for s in [PASSWORD, *DESTINATIONS.values()])
 
 
 def test_prepare_job_runs_the_three_assets_and_their_checks(

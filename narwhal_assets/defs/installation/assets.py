@@ -88,6 +88,9 @@ def install_fleet(
     context: dg.AssetExecutionContext, config: InstallConfig, checkout: ManagementCheckout, ssh: SshSettings,
     progress: Progress,
 ) -> Iterator[dg.AssetMaterialization | dg.AssetObservation]:  # fmt: skip
+    if not (context.has_partition_key or context.has_partition_key_range):  # e.g. a selection of every asset
+        raise NarwhalError("host_installation is partitioned by host: name the hosts (`--partition node-1`, a "
+                           "backfill in the UI) or run `deploy-hosts install`")  # fmt: skip
     opened = checkout.open()
     settings, inventory = opened.settings, opened.inventory
     run_dir = checked_prepared_run(context.instance, Path(config.run_dir) if config.run_dir else None)

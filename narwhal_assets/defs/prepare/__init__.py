@@ -1,1 +1,1 @@
-"""The `deployment` group: source bundle, role environments and the deployment manifest."""
+"""The `prepare` group: source bundle, role environments and the deployment manifest."""

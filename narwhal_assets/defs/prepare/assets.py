@@ -1,4 +1,4 @@
-"""The `deployment` group: source bundle, role environments and deployment manifest, prepared by one op
+"""The `prepare` group: source bundle, role environments and deployment manifest, prepared by one op
 (everything is validated before any of the three is written), plus their asset checks."""
 
 import hashlib
