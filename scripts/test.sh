@@ -52,7 +52,9 @@ else
   mypy
 fi
 if [ "$fast" -eq 1 ]; then
-  set -- -n auto tests/unit tests/contract "$@"  # pytest-xdist: one worker per CPU
+  # pytest-xdist: one worker per CPU and one more (some tests wait on a deadline: the spare fills it), and
+  # idle workers steal queued tests (the few that build a virtualenv would otherwise end the run alone).
+  set -- -n "$(($(nproc) + 1))" --dist worksteal tests/unit tests/contract "$@"
 fi
 set +e
 python -m pytest "$@"

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -90,31 +91,35 @@ def pip_importable(venv: Path) -> bool:
 # --------------------------------------------------------------------------------------------- 1. venv
 
 
-def test_a_half_made_venv_is_rebuilt_and_never_marked(done: Host) -> None:
+VENV_DAMAGES = {  # each way `python -m venv` can be cut short (killed, out of disk)
+    "no activate": lambda venv: (venv / "bin" / "activate").unlink(),
+    "no pip": lambda venv: shutil.rmtree(next((venv / "lib").glob("python*/site-packages")) / "pip"),
+    "no pyvenv.cfg": lambda venv: (venv / "pyvenv.cfg").unlink(),
+}
+
+
+@pytest.mark.parametrize("what", VENV_DAMAGES)
+def test_a_half_made_venv_is_rebuilt_and_never_marked(done: Host, what: str) -> None:
     """Rule: a step's result is verified before it is trusted; the marker is written only over a complete
-    installation. Each way `python -m venv` can be cut short (killed, out of disk) is rebuilt by the rerun."""
+    installation. Each way `python -m venv` can be cut short is rebuilt by the rerun."""
     venv = done.checkout / ".venv"
-    python = str(venv / "bin" / "python")
-    packages = next((venv / "lib").glob("python*/site-packages"))
-    damages = {
-        "no activate": lambda: (venv / "bin" / "activate").unlink(),
-        "no pip": lambda: shutil.rmtree(packages / "pip"),
-        "no pyvenv.cfg": lambda: (venv / "pyvenv.cfg").unlink(),
-    }
-    for what, damage in damages.items():
-        damage()
-        inspected = done.call("inspect")
-        assert inspected.outcome == "incomplete", what  # not `reused`: a rerun must repair it
-        assert done.stage().outcome == "staged", what
-        assert (venv / "bin" / "activate").is_file() and (venv / "pyvenv.cfg").is_file(), what
-        assert pip_importable(venv), what
-        assert done.call("activate").outcome == "activated", what
-    # a venv broken after it was marked: activate refuses to point `current` at it
+    VENV_DAMAGES[what](venv)
+    inspected = done.call("inspect")
+    assert inspected.outcome == "incomplete", what  # not `reused`: a rerun must repair it
+    assert done.stage().outcome == "staged", what
+    assert (venv / "bin" / "activate").is_file() and (venv / "pyvenv.cfg").is_file(), what
+    assert pip_importable(venv), what
+    assert done.call("activate").outcome == "activated", what
+
+
+def test_activate_refuses_a_venv_broken_after_it_was_marked(done: Host) -> None:
+    """Activate refuses to point `current` at a deployment whose venv broke after its marker was written."""
+    venv = done.checkout / ".venv"
     (venv / "bin" / "activate").unlink()
     refused = done.call("activate")
     assert (refused.outcome, refused.gate) == ("failed", "venv")
     assert refused.message == "checkout/.venv is incomplete (no bin/activate): run the install again"
-    assert os.path.exists(python)
+    assert os.path.exists(venv / "bin" / "python")
 
 
 def test_a_venv_killed_mid_creation_is_not_reused(host: Host) -> None:
@@ -132,30 +137,58 @@ def test_a_venv_killed_mid_creation_is_not_reused(host: Host) -> None:
 
 # --------------------------------------------------------------------------------------------- 3. lock
 
-RACER = """
+# Two racers per round, forked from one process that compiled the installer once (a round costs two forks, not
+# two interpreters): each runs the installer's own lock code, both released together.
+RACERS = """
 import json, os, sys, time
 sys.path.insert(0, "")
 namespace = {"__name__": "installer"}
 exec(compile(open(sys.argv[1]).read(), "installer", "exec"), namespace)
-one = namespace["Installer"]({"remote_dir": sys.argv[2], "owner": "racer %d" % os.getpid()})
-sys.stdin.readline()  # both racers start together
-try:
-    one.lock()
-except namespace["GateFailure"] as failure:
-    print(json.dumps({"held": False, "why": failure.message}))
-    sys.exit(0)
-lock = os.path.join(one.base, ".install-lock")
-try:
-    os.mkdir(os.path.join(one.base, "inside"))  # fails when the other racer holds it too
-    alone = True
-except FileExistsError:
-    alone = False
-time.sleep(0.02)
-still_mine = (namespace["_read_owner"](lock) or {}).get("pid") == os.getpid()
-if alone:
-    os.rmdir(os.path.join(one.base, "inside"))
-one.unlock()
-print(json.dumps({"held": True, "alone": alone, "still_mine": still_mine}))
+
+
+def race(start):
+    one = namespace["Installer"]({"remote_dir": sys.argv[2], "owner": "racer %d" % os.getpid()})
+    os.read(start, 1)  # both racers start together
+    try:
+        one.lock()
+    except namespace["GateFailure"] as failure:
+        return {"held": False, "why": failure.message}
+    lock = os.path.join(one.base, ".install-lock")
+    try:
+        os.mkdir(os.path.join(one.base, "inside"))  # fails when the other racer holds it too
+        alone = True
+    except FileExistsError:
+        alone = False
+    time.sleep(0.02)
+    still_mine = (namespace["_read_owner"](lock) or {}).get("pid") == os.getpid()
+    if alone:
+        os.rmdir(os.path.join(one.base, "inside"))
+    one.unlock()
+    return {"held": True, "alone": alone, "still_mine": still_mine}
+
+
+for _ in sys.stdin:  # a line per round: its two racers' results as one JSON line
+    start, go = os.pipe()
+    racers = []
+    for _ in range(2):
+        answer, answering = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(go)
+            os.close(answer)
+            os.write(answering, json.dumps(race(start)).encode())
+            os._exit(0)
+        os.close(answering)
+        racers.append((pid, answer))
+    os.close(start)
+    os.write(go, b"..")
+    os.close(go)
+    results = []
+    for pid, answer in racers:
+        with os.fdopen(answer, "rb") as said:
+            results.append(json.loads(said.read() or b"null"))
+        os.waitpid(pid, 0)
+    print(json.dumps(results), flush=True)
 """
 
 # The installer's own lock code, killed (SIGKILL) at one point: before its n-th `_write_new` ("write"), or
@@ -363,23 +396,24 @@ def test_two_installers_racing_for_a_lock_never_both_hold_it(tmp_path: Path) -> 
             (base / f".install-lock.{kind}-{os.urandom(16).hex()}").mkdir(parents=True) for kind in ("new", "done")],
     }  # fmt: skip
     holders = 0
-    for round_ in range(200):
-        what = list(setups)[round_ % len(setups)]
-        setups[what](base)
-        argv = [sys.executable, "-I", "-S", "-c", RACER, str(INSTALLER), REMOTE_DIR]
-        racers = [subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                  for _ in range(2)]  # fmt: skip
-        for racer in racers:
-            assert racer.stdin is not None
-            racer.stdin.write("go\n")
-            racer.stdin.flush()
-        results = [json.loads(racer.communicate(timeout=QUICK_S)[0]) for racer in racers]
-        held = [r for r in results if r["held"]]
-        assert held, f"round {round_} ({what}): nobody took the lock: {results}"
-        assert all(r["alone"] and r["still_mine"] for r in held), f"round {round_} ({what}): {results}"
-        holders += len(held)
-        assert not (base / ".install-lock").exists(), f"round {round_} ({what}): the holder left its lock"
-        assert sorted(p.name for p in base.iterdir()) == [], f"round {round_} ({what}): leftovers"
+    argv = [sys.executable, "-I", "-S", "-c", RACERS, str(INSTALLER), REMOTE_DIR]
+    with subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as racers:
+        assert racers.stdin is not None and racers.stdout is not None
+        for round_ in range(200):
+            what = list(setups)[round_ % len(setups)]
+            setups[what](base)
+            racers.stdin.write("go\n")
+            racers.stdin.flush()
+            assert select.select([racers.stdout], [], [], QUICK_S)[0], f"round {round_} ({what}): no answer"
+            results = json.loads(racers.stdout.readline())
+            held = [r for r in results if r["held"]]
+            assert held, f"round {round_} ({what}): nobody took the lock: {results}"
+            assert all(r["alone"] and r["still_mine"] for r in held), f"round {round_} ({what}): {results}"
+            holders += len(held)
+            assert not (base / ".install-lock").exists(), f"round {round_} ({what}): the holder left its lock"
+            assert sorted(p.name for p in base.iterdir()) == [], f"round {round_} ({what}): leftovers"
+        racers.stdin.close()
+        assert racers.wait(timeout=QUICK_S) == 0
     assert holders >= 200
 
 
