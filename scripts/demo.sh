@@ -80,7 +80,7 @@ Try (each works as printed, from any directory):
   $deploy --root $checkout status --json
   $deploy --root $checkout shell --current --role router                 # the router's role shell
   $deploy --root $checkout shell --role engine-2                          # a shell on the password host
-  $deploy --root $checkout lock                                           # each host's deploy lease (free after the install)
+  $deploy --root $checkout lease                                          # each host's deploy lease (free after the install)
   DAGSTER_HOME=$DAGSTER_HOME $deploy --root $checkout ui                  # the UI on 127.0.0.1:3000, Ctrl-C stops it
 Stop the simulated fleet with: bash $repo/scripts/demo.sh stop
 MSG

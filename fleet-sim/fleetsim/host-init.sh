@@ -18,7 +18,11 @@ graft() {
     mount --rbind "$parent" "$stash"
     mount -t tmpfs -o "mode=$(stat -c %a "$parent"),uid=0,gid=0,size=1m" fleetsim "$parent"
     for entry in "$stash"/* "$stash"/.[!.]*; do
-        if [ -L "$entry" ]; then
+        if [ "$parent/${entry##*/}" = /dev/ptmx ]; then
+            # The kernel finds a ptmx node's devpts instance as `pts` beside the node within the node's own
+            # mount; a bind-mounted node has none (openpty: ENOENT, sshd: "PTY allocation request failed").
+            ln -s pts/ptmx /dev/ptmx
+        elif [ -L "$entry" ]; then
             cp -P "$entry" "$parent/"
         elif [ -d "$entry" ]; then
             mkdir "$parent/${entry##*/}" && mount --rbind "$entry" "$parent/${entry##*/}"
