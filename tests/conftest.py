@@ -4,13 +4,13 @@ CI; the simulated fleets, the shared model fleet (helpers.fleet_checkout) and ch
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fleetsim import SimFleet, missing_prerequisites
 from helpers.fleet_checkout import DESTINATIONS, LINKS, MODEL, MODEL_CONFIG, PASSWORD, WEIGHTS, make_checkout
+from helpers.signals import restore_starting_dispositions
 
 
 def require_fleet_prerequisites() -> None:
@@ -32,19 +32,10 @@ def operator_umask() -> None:
     os.umask(0o022)
 
 
-# What SIGINT and SIGTERM did when pytest started (a CI runner or `cmd &` may start it with SIGINT ignored).
-STARTING_DISPOSITIONS = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-
-
 @pytest.fixture(autouse=True)
 def starting_signal_dispositions() -> None:
-    """Each test starts with SIGINT and SIGTERM as pytest started: Dagster run in a test's main thread
-    (`materialize`, `execute_in_process`) leaves SIGTERM mapped to SIGINT's disposition, so under a SIGINT
-    ignored every process a later test starts would ignore SIGTERM too (the product runs Dagster in a
-    worker thread, where it sets no handler)."""
-    for signum, disposition in STARTING_DISPOSITIONS.items():
-        if disposition is not None and signal.getsignal(signum) != disposition:
-            signal.signal(signum, disposition)
+    """Each test starts with SIGINT and SIGTERM as pytest started (helpers/signals.py says why)."""
+    restore_starting_dispositions()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -259,7 +259,6 @@ def test_infiniband_sysfs_exists_only_on_rdma_hosts(demo: SimFleet, demo_ssh: Fl
     assert str(demo.workdir) not in Path("/proc/self/mountinfo").read_text()
 
 
-@pytest.mark.fleet
 def test_a_terminal_opens_on_every_host_a_grafted_dev_included(demo: SimFleet, demo_ssh: FleetSsh) -> None:
     """sshd allocates a PTY (a role shell needs one) on an RDMA host too, whose /dev is grafted to show
     /dev/infiniband, as on a host without fake devices."""
@@ -269,6 +268,7 @@ def test_a_terminal_opens_on_every_host_a_grafted_dev_included(demo: SimFleet, d
         assert re.fullmatch(r"/dev/pts/\d+", done.stdout.strip()), done.stdout + done.stderr
 
 
+@pytest.mark.fleet
 def test_models_are_identical_until_one_replica_changes(demo: SimFleet, demo_ssh: FleetSsh) -> None:
     demo.write_model("tiny", {"model.safetensors": bytes(4096)}, {"model_type": "llama"}, hosts=["h1", "h3"])
     digest = "cd /srv/models/tiny && sha256sum config.json model.safetensors"

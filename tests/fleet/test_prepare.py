@@ -402,6 +402,16 @@ def comparable(out: Path) -> tuple[dict[str, bytes], dict]:
     return files, {k: v for k, v in manifest.items() if k not in per_run}
 
 
+def dagster_materialize(root: Path, cwd: Path, selection: str) -> subprocess.CompletedProcess[str]:
+    """`dagster asset materialize` of `selection` from the code location of the checkout `root`, run in `cwd`."""
+    dagster = Path(sys.executable).with_name("dagster")
+    return subprocess.run(
+        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", selection],
+        cwd=cwd, env={**os.environ, "NARWHAL_ROOT": str(root)}, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+
+
 def test_dagster_cli_materialize_produces_the_same_files(
     discovered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -409,12 +419,7 @@ def test_dagster_cli_materialize_produces_the_same_files(
     assert rc == 0, stderr
     elsewhere = tmp_path / "elsewhere"  # no .env here: Dagster would copy one into its environment
     elsewhere.mkdir()
-    dagster = Path(sys.executable).with_name("dagster")
-    env = {**os.environ, "NARWHAL_ROOT": str(discovered)}
-    done = subprocess.run(
-        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "group:prepare"],
-        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    done = dagster_materialize(discovered, elsewhere, "group:prepare")
     assert done.returncode == 0, done.stderr[-4000:]
     [default_out] = (discovered / "runs" / "deployment-env").iterdir()
     assert comparable(default_out) == comparable(tmp_path / "by-command")
@@ -424,14 +429,9 @@ def test_dagster_cli_materialize_produces_the_same_files(
 
 def test_a_selection_of_every_asset_installs_no_host(discovered: Path, tmp_path: Path) -> None:
     """A selection that matches nothing (here the prepare group's earlier name) makes Dagster's CLI run every
-    asset; host_installation then fails at once, saying how to name the hosts, and no host is touched."""
-    dagster = Path(sys.executable).with_name("dagster")
+    asset; host_installation then fails at once, before it reads the prepared run, saying how to name the hosts."""
     Path(os.environ["DAGSTER_HOME"]).mkdir(exist_ok=True)
-    env = {**os.environ, "NARWHAL_ROOT": str(discovered)}
-    done = subprocess.run(
-        [str(dagster), "asset", "materialize", "-m", "narwhal_assets.definitions", "--select", "group:deployment"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    done = dagster_materialize(discovered, tmp_path, "group:deployment")
     output = done.stdout + done.stderr
     assert done.returncode == 1, output[-4000:]
     assert "host_installation is partitioned by host: name the hosts (`--partition node-1`" in output
