@@ -56,6 +56,9 @@ if [ "$fast" -eq 1 ]; then
   # idle workers steal queued tests (the few that build a virtualenv would otherwise end the run alone).
   set -- -n "$(($(nproc) + 1))" --dist worksteal tests/unit tests/contract "$@"
 fi
+# Where PYTHONDONTWRITEBYTECODE is set (CI images), pytest would compile and rewrite every test module again in
+# each worker on every run (about 4 CPU-s a worker): bytecode is cached for the tests as for the package.
+unset PYTHONDONTWRITEBYTECODE
 set +e
 python -m pytest "$@"
 rc=$?

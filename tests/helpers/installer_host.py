@@ -3,9 +3,11 @@ and real files. Shared by the installer's unit tests."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import resource
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -101,3 +103,27 @@ class Host:
         report = self.stage()
         assert report.outcome == "staged", report
         return self.call("activate")
+
+
+def installed_home(cache: Path, target: Path, copies: tuple[str, ...] = ()) -> tuple[Path, str, bytes]:
+    """A copy at `target` of a home where REMOTE_DIR was installed (`Host.install`, asserted activated), with
+    the source's revision and bundle. `copies`: more deployment directories holding the same installation, as
+    installing the same revision there before REMOTE_DIR leaves them (`current` stays at REMOTE_DIR; only the
+    absolute paths inside `.venv` differ, which no check reads). For tests whose subject comes after the
+    install: a virtualenv takes seconds of CPU, so the home is installed once per run (`cache`: a directory
+    every pytest worker sees, locked while one builds it) and copied."""
+    built = cache / "home-installed"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "home-installed.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (built / "complete").exists():
+            shutil.rmtree(built, ignore_errors=True)  # a worker stopped while building it
+            built.mkdir()
+            revision, bundle = make_source(built)
+            (built / "home").mkdir()
+            assert Host(built / "home", revision, bundle).install().outcome == "activated"
+            (built / "complete").write_text(revision + "\n")
+    shutil.copytree(built / "home", target, symlinks=True)
+    for remote_dir in copies:
+        shutil.copytree(target / REMOTE_DIR, target / remote_dir, symlinks=True)
+    return target, (built / "complete").read_text().strip(), (built / "b.bundle").read_bytes()

@@ -3,6 +3,7 @@ machine and the source it installs."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,3 +22,11 @@ def host(tmp_path: Path, source: tuple[str, bytes]) -> Host:
     home = tmp_path / "home"
     home.mkdir()
     return Host(home, *source)
+
+
+@pytest.fixture(scope="session")
+def installed_homes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where `installed_home` keeps the homes it installed once for this run: every xdist worker's base
+    directory lies in the run's own."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "installed-homes"

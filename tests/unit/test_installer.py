@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.installer_host import ROLE_FILE, Host
+from helpers.installer_host import REMOTE_DIR, ROLE_FILE, Host, installed_home
 from helpers.procfs import proc_fields
 
 from narwhal_assets.core.errors import ReportError
@@ -109,8 +109,8 @@ def test_a_symlink_or_different_file_stops_at_verify_file_and_stays(host: Host) 
     assert (host.base / ".env.engine-1").read_bytes() == b"export OTHER=1\n"
 
 
-def test_after_install_a_changed_checkout_or_marker_is_a_named_gate(host: Host) -> None:
-    host.install()
+def test_after_install_a_changed_checkout_or_marker_is_a_named_gate(installed_homes: Path, tmp_path: Path) -> None:
+    host = Host(*installed_home(installed_homes, tmp_path / "home"))
     readme = host.base / "checkout" / "README"
     readme.write_text("changed\n")
     report = host.call("inspect")
@@ -200,11 +200,10 @@ def test_activate_needs_the_marker_and_staging_needs_current_to_be_a_symlink(
     assert report.message == "current is a directory, not a link to a deployment (left as it is)"
 
 
-def test_prune_never_removes_current_or_a_locked_deployment(host: Host, source: tuple[str, bytes]) -> None:
-    other = Host(host.home, *source, remote_dir=OTHER_DIR)
-    third = Host(host.home, *source, remote_dir="Narwhal-deploy/" + "a" * 32)
-    for each in (other, third, host):
-        each.install()
+def test_prune_never_removes_current_or_a_locked_deployment(installed_homes: Path, tmp_path: Path) -> None:
+    third_dir = "Narwhal-deploy/" + "a" * 32
+    home, revision, bundle = installed_home(installed_homes, tmp_path / "home", (OTHER_DIR, third_dir))
+    host, other, third = (Host(home, revision, bundle, remote_dir=d) for d in (REMOTE_DIR, OTHER_DIR, third_dir))
     (third.base / ".install-lock").mkdir()  # no owner information: held
     (host.base.parent / f".removing-{'c' * 32}-999999999" / "checkout").mkdir(parents=True)  # a cut prune
     report = host.call("prune", remote_base="Narwhal-deploy",

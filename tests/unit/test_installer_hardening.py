@@ -22,7 +22,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
-from helpers.installer_host import DEPLOYMENT, QUICK_S, REMOTE_DIR, Host, make_source
+from helpers.installer_host import DEPLOYMENT, QUICK_S, REMOTE_DIR, Host, installed_home
 
 from narwhal_assets.core import display
 from narwhal_assets.core.discovery import drift
@@ -65,23 +65,10 @@ def _shipped_installer() -> Path:
 INSTALLER = _shipped_installer()
 
 
-@pytest.fixture(scope="module")
-def installed_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One complete installation (a virtualenv takes seconds), copied by the tests that damage it."""
-    tmp = tmp_path_factory.mktemp("installed")
-    repo_host = Host(tmp / "home", *make_source(tmp))
-    repo_host.home.mkdir()
-    assert repo_host.install().outcome == "activated"
-    return tmp
-
-
 @pytest.fixture
-def done(installed_tree: Path, tmp_path: Path) -> Host:
-    """A copy of the complete installation: what the checks look at does not depend on where it lies."""
-    shutil.copytree(installed_tree, tmp_path / "copy", symlinks=True)
-    revision = (tmp_path / "copy" / "home" / REMOTE_DIR / "installed").read_text().strip()
-    bundle = (tmp_path / "copy" / "home" / REMOTE_DIR / "source.bundle").read_bytes()
-    return Host(tmp_path / "copy" / "home", revision, bundle)
+def done(installed_homes: Path, tmp_path: Path) -> Host:
+    """A copy of one complete installation, which the tests damage."""
+    return Host(*installed_home(installed_homes, tmp_path / "copy" / "home"))
 
 
 def pip_importable(venv: Path) -> bool:
