@@ -108,10 +108,10 @@ class Host:
 def installed_home(cache: Path, target: Path, copies: tuple[str, ...] = ()) -> tuple[Path, str, bytes]:
     """A copy at `target` of a home where REMOTE_DIR was installed (`Host.install`, asserted activated), with
     the source's revision and bundle. `copies`: more deployment directories holding the same installation, as
-    installing the same revision there before REMOTE_DIR leaves them (`current` stays at REMOTE_DIR; only the
-    absolute paths inside `.venv` differ, which no check reads). For tests whose subject comes after the
-    install: a virtualenv takes seconds of CPU, so the home is installed once per run (`cache`: a directory
-    every pytest worker sees, locked while one builds it) and copied."""
+    installing the same revision there before REMOTE_DIR leaves them (`current` stays at REMOTE_DIR; only
+    absolute paths differ, inside `.venv` and the checkout's origin URL, which no check reads). For tests whose
+    subject comes after the install: a virtualenv takes seconds of CPU, so the home is installed once per run
+    (`cache`: a directory every pytest worker sees, locked while one builds it) and copied."""
     built = cache / "home-installed"
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / "home-installed.lock", "w") as lock:
@@ -119,11 +119,11 @@ def installed_home(cache: Path, target: Path, copies: tuple[str, ...] = ()) -> t
         if not (built / "complete").exists():
             shutil.rmtree(built, ignore_errors=True)  # a worker stopped while building it
             built.mkdir()
-            revision, bundle = make_source(built)
             (built / "home").mkdir()
-            assert Host(built / "home", revision, bundle).install().outcome == "activated"
-            (built / "complete").write_text(revision + "\n")
+            assert Host(built / "home", *make_source(built)).install().outcome == "activated"
+            (built / "complete").touch()
     shutil.copytree(built / "home", target, symlinks=True)
     for remote_dir in copies:
         shutil.copytree(target / REMOTE_DIR, target / remote_dir, symlinks=True)
-    return target, (built / "complete").read_text().strip(), (built / "b.bundle").read_bytes()
+    deployment = target / REMOTE_DIR
+    return target, (deployment / "installed").read_text().strip(), (deployment / "source.bundle").read_bytes()
