@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from narwhal_assets.host.installer import CURRENT, FILE_SET, MARKER
 from narwhal_assets.protocols.install import (
     BOOTSTRAP,
     DeploymentEntry,
@@ -105,13 +106,17 @@ class Host:
         return self.call("activate")
 
 
-def installed_home(cache: Path, target: Path, copies: tuple[str, ...] = ()) -> tuple[Path, str, bytes]:
+def installed_home(
+    cache: Path, target: Path, copies: tuple[str, ...] = (), marked: bool = True
+) -> tuple[Path, str, bytes]:
     """A copy at `target` of a home where REMOTE_DIR was installed (`Host.install`, asserted activated), with
     the source's revision and bundle. `copies`: more deployment directories holding the same installation, as
     installing the same revision there before REMOTE_DIR leaves them (`current` stays at REMOTE_DIR; only
-    absolute paths differ, inside `.venv` and the checkout's origin URL, which no check reads). For tests whose
-    subject comes after the install: a virtualenv takes seconds of CPU, so the home is installed once per run
-    (`cache`: a directory every pytest worker sees, locked while one builds it) and copied."""
+    absolute paths differ, inside `.venv` and the checkout's origin URL, which no check reads). `marked=False`:
+    every deployment as an install that stopped just before its marker leaves it (a failed check, a killed
+    installer): files, checkout and `.venv` complete, no `installed`, no `.installed-files`, no `current`. For
+    tests whose subject is not the virtualenv's creation: it takes seconds of CPU, so the home is installed once
+    per run (`cache`: a directory every pytest worker sees, locked while one builds it) and copied."""
     built = cache / "home-installed"
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / "home-installed.lock", "w") as lock:
@@ -126,4 +131,10 @@ def installed_home(cache: Path, target: Path, copies: tuple[str, ...] = ()) -> t
     for remote_dir in copies:
         shutil.copytree(target / REMOTE_DIR, target / remote_dir, symlinks=True)
     deployment = target / REMOTE_DIR
-    return target, (deployment / "installed").read_text().strip(), (deployment / "source.bundle").read_bytes()
+    revision = (deployment / MARKER).read_text().strip()
+    if not marked:
+        for remote_dir in (REMOTE_DIR, *copies):
+            for name in (MARKER, FILE_SET):
+                (target / remote_dir / name).unlink()
+        (deployment.parent / CURRENT).unlink()
+    return target, revision, (deployment / "source.bundle").read_bytes()

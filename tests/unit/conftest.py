@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.installer_host import Host, make_source
+from helpers.installer_host import Host, installed_home, make_source
 
 
 @pytest.fixture
@@ -30,3 +30,11 @@ def installed_homes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory lies in the run's own."""
     base = tmp_path_factory.getbasetemp()
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "installed-homes"
+
+
+@pytest.fixture
+def unmarked(installed_homes: Path, tmp_path: Path) -> Host:
+    """A home whose deployment stopped just before its marker (a failed check, a killed installer): files,
+    checkout and `.venv` complete, not `installed`, no `current`. For tests of what comes after the virtualenv
+    is made (locks, checks, commit and activation), copied instead of built (`installed_home`)."""
+    return Host(*installed_home(installed_homes, tmp_path / "home", marked=False))

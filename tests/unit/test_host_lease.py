@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers.installer_host import HOLDER, Host, lease, make_source
+from helpers.installer_host import HOLDER, Host, installed_home, lease, make_source
 
 from narwhal_assets.protocols.install import BOOTSTRAP, install_stream
 from narwhal_assets.protocols.lease import LeaseReport, lease_script, parse_lease_report
@@ -145,19 +145,19 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, bytes]:
     return make_source(tmp_path_factory.mktemp("source"))
 
 
-def test_an_operation_whose_lease_was_taken_over_changes_nothing_more(
-    tmp_path: Path, source: tuple[str, bytes]
-) -> None:
+def test_an_operation_whose_lease_was_taken_over_changes_nothing_more(installed_homes: Path, tmp_path: Path) -> None:
     """Operation A stages under its lease, is paused past it, B takes the host over: A's activation and a new
-    marker are refused on the host itself (gate `lease`), and `current` stays B's."""
-    a = Host(tmp_path, *source)
+    marker are refused on the host itself (gate `lease`), and `current` stays B's. Both deployments start as an
+    install stopped before its marker leaves them (their virtualenvs are not this test's subject)."""
+    home, revision, bundle = installed_home(installed_homes, tmp_path / "home", (f"{BASE}/{'b' * 32}",), marked=False)
+    a = Host(home, revision, bundle)
     a.params["lease"] = lease("a" * 32, lease_s=0.3, release="never")
     inspected = a.call("inspect")
     assert inspected.lease is not None and inspected.lease.state == "ours"
     staged = a.call("install", send=list(a.payloads))
     assert staged.outcome == "staged", staged
     time.sleep(0.5)  # A is paused past its lease
-    b = Host(tmp_path, *source, remote_dir=f"{BASE}/{'b' * 32}")
+    b = Host(home, revision, bundle, remote_dir=f"{BASE}/{'b' * 32}")
     b.params["lease"] = lease("b" * 32, holder={**HOLDER, "user": "bob"})
     assert b.call("inspect").lease.broken.user == "alice"  # type: ignore[union-attr]
     assert b.call("install", send=list(b.payloads)).outcome == "staged"
@@ -166,7 +166,7 @@ def test_an_operation_whose_lease_was_taken_over_changes_nothing_more(
     resumed = a.call("activate")
     assert (resumed.outcome, resumed.gate) == ("failed", "lease")
     assert "taken over" in (resumed.message or "") and "nothing more is changed" in (resumed.message or "")
-    assert os.readlink(tmp_path / BASE / "current") == "b" * 32
+    assert os.readlink(home / BASE / "current") == "b" * 32
     (a.base / "installed").unlink()
     assert a.call("install", send=[]).gate == "lease", "no marker is written without the lease either"
     assert not (a.base / "installed").exists()

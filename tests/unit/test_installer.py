@@ -50,32 +50,32 @@ def lock_held_by(host: Host, pid: int) -> Path:
     return lock
 
 
-def test_a_held_lock_names_its_owner_and_a_dead_owners_lock_is_taken_over(host: Host) -> None:
+def test_a_held_lock_names_its_owner_and_a_dead_owners_lock_is_taken_over(unmarked: Host) -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        lock = lock_held_by(host, sleeper.pid)
-        report = host.call("install", send=[])
+        lock = lock_held_by(unmarked, sleeper.pid)
+        report = unmarked.call("install", send=[])
         assert (report.outcome, report.gate) == ("failed", "lock")
         assert report.message == f".install-lock is held by ci job 7 (pid {sleeper.pid}) since 2026-12-01T00:00:00Z"
     finally:
         sleeper.kill()
         sleeper.wait()
     assert lock.is_dir(), "a held lock is never removed by the host that found it"
-    assert host.install().outcome == "activated", "the owner process is gone: its lock is stale"
+    assert unmarked.install().outcome == "activated", "the owner process is gone: its lock is stale"
 
 
-def test_a_lock_whose_owner_is_a_zombie_is_stale(host: Host) -> None:
+def test_a_lock_whose_owner_is_a_zombie_is_stale(unmarked: Host) -> None:
     """A killed installer whose parent (the sshd session, killed with it) is not reaped yet stays a zombie with
     its pid and start time in /proc for a while: it has exited, so `status` and the next install treat its
     lock as stale."""
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        lock_held_by(host, sleeper.pid)
+        lock_held_by(unmarked, sleeper.pid)
         sleeper.kill()
         while stat_of(sleeper.pid)[0] != "Z":  # killed, not reaped: this test is its parent
             time.sleep(0.01)
-        assert host.call("status", remote_base="Narwhal-deploy").deployments[0].state == "incomplete"
-        assert host.install().outcome == "activated"
+        assert unmarked.call("status", remote_base="Narwhal-deploy").deployments[0].state == "incomplete"
+        assert unmarked.install().outcome == "activated"
     finally:
         sleeper.wait()
 
@@ -121,14 +121,14 @@ def test_after_install_a_changed_checkout_or_marker_is_a_named_gate(installed_ho
     assert host.call("inspect").gate == "marker"
 
 
-def test_a_failing_check_command_leaves_no_marker(host: Host) -> None:
-    host.params["check_command"] = "echo broken >&2; exit 3"
-    inspected = host.call("inspect")
-    report = host.call("install", send=[n for n in host.payloads if inspected.files.get(n) != "present"])
+def test_a_failing_check_command_leaves_no_marker(unmarked: Host) -> None:
+    unmarked.params["check_command"] = "echo broken >&2; exit 3"
+    inspected = unmarked.call("inspect")
+    report = unmarked.call("install", send=[n for n in unmarked.payloads if inspected.files.get(n) != "present"])
     assert (report.outcome, report.gate) == ("failed", "check")
     assert report.message == "/bin/sh -c echo broken >&2; exit 3 exited 3"
     assert report.steps[-1].output == "broken\n"
-    assert not (host.base / "installed").exists() and not (host.base / ".install-lock").exists()
+    assert not (unmarked.base / "installed").exists() and not (unmarked.base / ".install-lock").exists()
 
 
 def test_reports_from_a_hostile_host_are_bounded_and_escaped() -> None:
@@ -153,10 +153,17 @@ def known(*hosts: Host) -> dict[str, object]:
     return {h.base.name: {"revision": h.params["revision"], "files": h.params["files"]} for h in hosts}
 
 
+def unmarked_pair(installed_homes: Path, home: Path) -> tuple[Host, Host]:
+    """Two deployments of one source in one home (REMOTE_DIR, OTHER_DIR), each stopped just before its marker."""
+    home, revision, bundle = installed_home(installed_homes, home, (OTHER_DIR,), marked=False)
+    first, second = (Host(home, revision, bundle, remote_dir=d) for d in (REMOTE_DIR, OTHER_DIR))
+    return first, second
+
+
 def test_commit_and_activate_move_current_atomically_and_status_reports_every_directory(
-    host: Host, source: tuple[str, bytes]
+    installed_homes: Path, tmp_path: Path
 ) -> None:
-    other = Host(host.home, *source, remote_dir=OTHER_DIR)
+    host, other = unmarked_pair(installed_homes, tmp_path / "home")
     current = host.home / "Narwhal-deploy" / "current"
     host.install()
     assert os.readlink(current) == host.base.name
@@ -184,9 +191,9 @@ def test_commit_and_activate_move_current_atomically_and_status_reports_every_di
 
 
 def test_activate_needs_the_marker_and_staging_needs_current_to_be_a_symlink(
-    host: Host, source: tuple[str, bytes]
+    installed_homes: Path, tmp_path: Path
 ) -> None:
-    other = Host(host.home, *source, remote_dir=OTHER_DIR)
+    host, other = unmarked_pair(installed_homes, tmp_path / "home")
     inspected = other.call("inspect")
     missing = [n for n in other.payloads if inspected.files.get(n) != "present"]
     assert other.call("install", send=missing).outcome == "staged"

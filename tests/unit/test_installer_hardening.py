@@ -109,16 +109,16 @@ def test_activate_refuses_a_venv_broken_after_it_was_marked(done: Host) -> None:
     assert os.path.exists(venv / "bin" / "python")
 
 
-def test_a_venv_killed_mid_creation_is_not_reused(host: Host) -> None:
-    """The issue's case as it happens: a `.venv` whose bin/python exists but without pip or activate (what
-    `python -m venv` leaves when killed while it installs pip) is rebuilt, not trusted."""
-    assert host.call("install", send=list(host.payloads), check_command="false").gate == "check"
-    venv = host.checkout / ".venv"
+def test_a_venv_killed_mid_creation_is_not_reused(unmarked: Host) -> None:
+    """A `.venv` whose bin/python exists but without pip or activate (what `python -m venv` leaves when killed
+    while it installs pip) is rebuilt, not trusted."""
+    assert unmarked.call("install", send=list(unmarked.payloads), check_command="false").gate == "check"
+    venv = unmarked.checkout / ".venv"
     shutil.rmtree(venv)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     for script in (venv / "bin").glob("activate*"):
         script.unlink()
-    assert host.install().outcome == "activated"
+    assert unmarked.install().outcome == "activated"
     assert (venv / "bin" / "activate").is_file() and pip_importable(venv)
 
 
