@@ -116,7 +116,7 @@ def installed_home(
     every deployment as an install that stopped just before its marker leaves it (a failed check, a killed
     installer): files, checkout and `.venv` complete, no `installed`, no `.installed-files`, no `current`. For
     tests whose subject is not the virtualenv's creation: it takes seconds of CPU, so the home is installed once
-    per run (`cache`: a directory every pytest worker sees, locked while one builds it) and copied (`_copy`)."""
+    per run (`cache`: a directory every pytest worker sees, locked while one builds it) and copied (`link_copy`)."""
     built = cache / "home-installed"
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / "home-installed.lock", "w") as lock:
@@ -128,9 +128,9 @@ def installed_home(
             assert Host(built / "home", *make_source(built)).install().outcome == "activated"
             (built / "complete").touch()
     sealed_ns = (built / "complete").stat().st_mtime_ns
-    _copy(built / "home", target, sealed_ns)
+    link_copy(built / "home", target, sealed_ns)
     for remote_dir in copies:
-        _copy(target / REMOTE_DIR, target / remote_dir, sealed_ns)
+        link_copy(target / REMOTE_DIR, target / remote_dir, sealed_ns)
     deployment = target / REMOTE_DIR
     revision = (deployment / MARKER).read_text().strip()
     if not marked:
@@ -141,17 +141,19 @@ def installed_home(
     return target, revision, (deployment / "source.bundle").read_bytes()
 
 
-def _copy(source: Path, target: Path, sealed_ns: int) -> None:
-    """`source` copied, but for the files of each `.venv`: hard links to the built ones (copying the 25 MB of a
-    virtualenv costs a CPU-second each time). Tests remove, replace or rebuild those files, as the installer
-    does, and never write into one: a linked file changed after `sealed_ns` (when the build completed) fails
-    the copy, naming it."""
+def link_copy(source: Path, target: Path, sealed_ns: int) -> None:
+    """`source` copied to `target`, but for the files inside a `.venv`: hard links to the built ones (copying the
+    25 MB of a virtualenv costs a CPU-second each time). Tests remove, replace or rebuild those files, as the
+    installer does, and never write into one: a linked file changed after `sealed_ns` (when the build completed)
+    fails the copy, naming it."""
 
     def link_or_copy(src: str, dst: str) -> None:
-        if f"{os.sep}{VENV}{os.sep}" not in src:
+        if VENV not in Path(src).relative_to(source).parts:
             shutil.copy2(src, dst)
             return
-        assert os.stat(src).st_mtime_ns <= sealed_ns, f"{src} was written into after the build: copy it instead"
+        assert os.stat(src).st_mtime_ns <= sealed_ns, (
+            f"{src}: written into after the build (a test may remove or replace a linked .venv file, never write it)"
+        )
         os.link(src, dst)
 
     shutil.copytree(source, target, symlinks=True, copy_function=link_or_copy)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.installer_host import REMOTE_DIR, ROLE_FILE, Host, installed_home
+from helpers.installer_host import REMOTE_DIR, ROLE_FILE, Host, installed_home, link_copy
 from helpers.procfs import proc_fields
 
 from narwhal_assets.core.errors import ReportError
@@ -220,3 +220,20 @@ def test_prune_never_removes_current_or_a_locked_deployment(installed_homes: Pat
                            third.base.name: ".install-lock is held by an unknown owner (no readable owner.json)",
                            "b" * 32: "not a deployment directory here"}  # fmt: skip
     assert sorted(p.name for p in host.base.parent.iterdir()) == sorted(["current", host.base.name, third.base.name])
+
+
+def test_a_copy_links_venv_files_and_refuses_one_written_after_the_build(tmp_path: Path) -> None:
+    """The copies tests start from share the built `.venv`'s files (hard links), copy every other file, and
+    refuse to share a venv file some test wrote into after the build: that write reached every copy."""
+    built = tmp_path / "built"
+    (built / "checkout" / ".venv" / "bin").mkdir(parents=True)
+    (built / "checkout" / ".venv" / "bin" / "python").write_text("interpreter")
+    (built / "checkout" / "README").write_text("tracked")
+    sealed_ns = time.time_ns()
+    link_copy(built, tmp_path / "copy", sealed_ns)
+    linked, copied = "checkout/.venv/bin/python", "checkout/README"
+    assert (tmp_path / "copy" / linked).stat().st_ino == (built / linked).stat().st_ino
+    assert (tmp_path / "copy" / copied).stat().st_ino != (built / copied).stat().st_ino
+    os.utime(built / linked, ns=(sealed_ns + 10**9, sealed_ns + 10**9))  # written into a second after the build
+    with pytest.raises(AssertionError, match=r"/built/checkout/\.venv/bin/python: written into after the build"):
+        link_copy(built, tmp_path / "again", sealed_ns)
