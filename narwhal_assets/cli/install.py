@@ -101,7 +101,7 @@ def run_fleet(args: argparse.Namespace, mode: Mode, command: str) -> int:
     try:
         with suppress(RolloutFailed):  # every host's line follows
             run_job(args.root, INSTALL_JOB, command, run_config={"ops": {INSTALLATION.path[-1]: {"config": config}}},
-                    tags=tags, progress=progress)  # fmt: skip
+                    tags=tags, progress=progress, instance=instance)  # fmt: skip
     finally:
         close_databases()  # checkpointed now, not at exit: a caller may go on in this process
         report(command, prepared.run_dir, entries, progress)

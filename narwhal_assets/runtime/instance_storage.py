@@ -7,14 +7,21 @@ connection pool per database file halves the CPU a run spends in Dagster (`bench
 files, schema and locking are Dagster's own, so a stock instance reads the same directory, and processes
 share it as before: SQLite serialises their writers with its file locks and busy timeout.
 
+Each storage also asks alembic for the newest schema revision when it opens, and alembic finds it by loading
+every migration script (about 90 files, 0.09 CPU-s, four times per instance). That revision is fixed by the
+installed Dagster, so it is computed once per process (`schema_head`; `deploy-hosts preload` computes it
+before forking its commands); the database's own revision is still read on every check.
+
 `runner.instance_yaml` selects this storage for the instance the project creates. This is the one module
 that uses Dagster's private storage API (`dagster._core.storage`): Dagster offers no public way to share an
-engine between transactions. The exact Dagster pin in `constraints.txt` keeps it in step.
+engine between transactions or to check a schema once. The exact Dagster pin in `constraints.txt` keeps it in
+step.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import threading
 from collections import OrderedDict
@@ -22,9 +29,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import sqlalchemy
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from dagster._core.storage import sql as dagster_sql
 from dagster._core.storage.base_storage import DagsterStorage
+from dagster._core.storage.event_log.sqlite import sqlite_event_log
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.runs.sqlite import sqlite_run_storage
 from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
+from dagster._core.storage.schedules.sqlite import sqlite_schedule_storage
 from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._core.storage.sqlite_storage import (
@@ -94,6 +108,31 @@ def _start_afresh_in_child() -> None:
 
 os.register_at_fork(after_in_child=_start_afresh_in_child)
 atexit.register(close_databases)
+
+CHECKING_MODULES = (sqlite_run_storage, sqlite_schedule_storage, sqlite_event_log)  # each checks its schema
+
+
+@functools.cache
+def schema_head(alembic_config: Config) -> str | tuple[str, ...] | None:
+    """The newest revision of the migrations `alembic_config` names (Dagster keeps one config per storage)."""
+    return ScriptDirectory.from_config(alembic_config).as_revision_number("head")
+
+
+def _check_alembic_revision(alembic_config: Config, conn: Connection) -> dagster_sql.AlembicVersion:
+    """Dagster's `check_alembic_revision` (the database's revision, the migrations' newest), the newest once."""
+    with dagster_sql._alembic_lock:  # as Dagster's: one thread at a time reads or stamps a revision
+        db_revision = MigrationContext.configure(conn).get_current_revision()
+    return db_revision, schema_head(alembic_config)
+
+
+def load_schema_heads() -> None:
+    """Compute every storage's newest revision now (a process that forks commands, before it forks)."""
+    for module in CHECKING_MODULES:
+        schema_head(dagster_sql.get_alembic_config(module.__file__))
+
+
+for _module in CHECKING_MODULES:
+    _module.check_alembic_revision = _check_alembic_revision  # type: ignore[attr-defined]
 
 
 @contextmanager
