@@ -13,12 +13,18 @@ fleet), each in its own cgroup (process_meter: the command and all it starts):
 | `deploy-hosts install` (first) | the deploy, first run |
 | `deploy-hosts install` (reuse: verify, 0 bytes sent) | the deploy rerun with nothing to change |
 | `deploy-hosts status` | `pyinfra INVENTORY exec -- hostname` (one command on every host) |
+| the reuse and `status` again, preloaded (`deploy-hosts preload start` first) | the same two |
+
+A preloaded command runs in a child of the preloaded process, which is started in a cgroup of its own: its
+CPU is the caller's plus what that cgroup spent while the command ran.
 
 Printed per command: CPU at 4 and 16 hosts, the fixed cost and CPU per extra host (the line through both),
-wall at 16 hosts, and each of ours over its pyinfra counterpart. pyinfra runs with `-y` (no separate
-change-detection pass) and its default parallelism (every host at once); ours at its defaults. The least
-of `--repeat` rounds is kept (the hosts share this machine's CPUs, and contention only adds). Host keys:
-pyinfra's own known-hosts file, accept-new on its first run, as ours enrols them in `discover`.
+wall at 16 hosts, the hosts' CPU at 16 (what their sshd reaped: the command's work on the hosts, which runs on
+these same CPUs and so adds to the wall here, as it would not on a real fleet), and each of ours over its
+pyinfra counterpart. pyinfra runs with `-y` (no separate change-detection pass) and its default parallelism
+(every host at once); ours at its defaults. The least of `--repeat` rounds is kept (the hosts share this
+machine's CPUs, and contention only adds). Host keys: pyinfra's own known-hosts file, accept-new on its first
+run, as ours enrols them in `discover`.
 
 pyinfra is installed from PyPI into a throwaway virtualenv under the run's temporary directory
 (`--pyinfra-venv DIR` reuses or creates one there instead); it is never a dependency of this project. Needs
@@ -30,20 +36,24 @@ root (the fleet) and, unless `--pyinfra-venv` names a ready one, access to PyPI.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from bench_fleet_scale import Cell, Deployer
-from bench_install import checkout, git
+from bench_install import checkout, git, host_cpu
 from fleetsim import SimFleet
-from process_meter import quiesce, run_measured
+from process_meter import quiesce, run_measured, started
 
 PYINFRA = "pyinfra==3.10.0"
-OURS = {"install (first)": "deploy, first run", "install (reuse)": "deploy, no change", "status": "exec"}
+Figures = tuple[float, float, float]  # wall, workstation CPU, the hosts' CPU (seconds)
+OURS = {"install (first)": "deploy, first run", "install (reuse)": "deploy, no change", "status": "exec",
+        "install (reuse), preloaded": "deploy, no change", "status, preloaded": "exec"}  # fmt: skip
 DEPLOY = '''"""Put the source bundle and this host's role file, clone the bundle once, verify the checkout."""
 from pyinfra import host
 from pyinfra.operations import files, server
@@ -113,8 +123,8 @@ class Pyinfra:
         return usage.wall, usage.cpu
 
 
-def measure(size: int, round_: int, fleet: SimFleet, executable: Path, workdir: Path) -> dict[str, tuple[float, float]]:
-    """Every cell of one round on the fleet's first `size` hosts: name -> (wall, cpu)."""
+def measure(size: int, round_: int, fleet: SimFleet, executable: Path, workdir: Path) -> dict[str, Figures]:
+    """Every cell of one round on the fleet's first `size` hosts: name -> (wall, cpu, the hosts' cpu)."""
     print(f"  round {round_ + 1}, {size} hosts:", file=sys.stderr, flush=True)
     root = checkout(workdir, fleet, size, name=f"checkout-{size}-{round_}")
     ours = Deployer(root, None)
@@ -130,17 +140,45 @@ def measure(size: int, round_: int, fleet: SimFleet, executable: Path, workdir: 
     deploy.write_text(DEPLOY.format(top=top, bundle=str(bundle),
                                     revision=git(root, "rev-parse", "HEAD")), encoding="utf-8")  # fmt: skip
     peer = Pyinfra(executable, inventory, here)
-    cells: dict[str, tuple[float, float]] = {}
+    cells: dict[str, Figures] = {}
+
+    def on_hosts(action: Callable[[], tuple[float, float]]) -> Figures:
+        before = host_cpu(fleet, size)
+        wall, cpu = action()
+        return wall, cpu, host_cpu(fleet, size) - before
     for name, action in (("deploy, first run", lambda: peer.run(str(deploy))),
                          ("install (first)", lambda: _ours(ours.install(run))),
                          ("deploy, no change", lambda: peer.run(str(deploy))),
                          ("install (reuse)", lambda: _ours(ours.install(run))),
                          ("exec", lambda: peer.run("exec", "--", "hostname")),
                          ("status", lambda: _ours(ours.run("status")))):  # fmt: skip
-        cells[name] = action()
+        cells[name] = on_hosts(action)
         if name == "deploy, first run":
             _check_deployed(fleet, size, top)
+    with preloaded(ours, here) as measured:
+        cells["install (reuse), preloaded"] = on_hosts(lambda: measured(lambda: ours.install(run)))
+        cells["status, preloaded"] = on_hosts(lambda: measured(lambda: ours.run("status")))
     return cells
+
+
+@contextlib.contextmanager
+def preloaded(ours: Deployer, here: Path) -> Iterator[Callable[[Callable[[], Cell]], tuple[float, float]]]:
+    """`deploy-hosts preload start` for the checkout's environment, the process it starts in a cgroup of its
+    own; yields a measure of one command: (wall, the caller's CPU + the cgroup's while it ran)."""
+    argv = [sys.executable, "-m", "narwhal_assets", "preload", "start", "--idle", "10"]
+    with started(argv, log=here / "preload.log", env=ours.env, cwd=Path("/")) as (proc, group):
+        if proc.wait(timeout=300) != 0:
+            raise SystemExit(f"`deploy-hosts preload start` exited {proc.returncode}: see {here / 'preload.log'}")
+
+        def measured(command: Callable[[], Cell]) -> tuple[float, float]:
+            before = group.cpu_seconds()
+            cell = command()
+            return cell.wall, cell.cpu + group.cpu_seconds() - before
+
+        try:
+            yield measured
+        finally:
+            subprocess.run([*argv[:4], "stop"], env=ours.env, cwd="/", capture_output=True, check=False)
 
 
 def _check_deployed(fleet: SimFleet, size: int, top: str) -> None:
@@ -156,20 +194,21 @@ def _ours(cell: Cell) -> tuple[float, float]:
     return cell.wall, cell.cpu
 
 
-def report(figures: dict[int, dict[str, tuple[float, float]]], small: int, large: int) -> str:
+def report(figures: dict[int, dict[str, Figures]], small: int, large: int) -> str:
     lines = [f"deploy-hosts against {PYINFRA.replace('==', ' ')} on {small} and {large} simulated hosts "
-             "(workstation CPU: the command and all its descendants; least of the rounds)", "",
+             "(workstation CPU: the command and all its descendants; the hosts' CPU: their SSH sessions, on the "
+             "same CPUs; least of the rounds)", "",
              f"| command | CPU s @{small} | CPU s @{large} | fixed s | CPU s/host | wall s @{large} "
-             "| CPU / peer's | wall / peer's |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for ours, theirs in OURS.items():
-        for name, peer in ((theirs, None), (ours, theirs)):
-            (_, cpu_s), (wall_l, cpu_l) = figures[small][name], figures[large][name]
+             f"| hosts' CPU s @{large} | CPU / peer's | wall / peer's |", "|---" * 9 + "|"]  # fmt: skip
+    for theirs in dict.fromkeys(OURS.values()):
+        for name, peer in ((theirs, None), *((ours, theirs) for ours, peer in OURS.items() if peer == theirs)):
+            (_, cpu_s, _), (wall_l, cpu_l, hosts_l) = figures[small][name], figures[large][name]
             slope = (cpu_l - cpu_s) / (large - small)
             ratios = "| | |"
             if peer is not None:
                 ratios = f"| {cpu_l / figures[large][peer][1]:.2f}x | {wall_l / figures[large][peer][0]:.2f}x |"
             lines.append(f"| {name} | {cpu_s:.2f} | {cpu_l:.2f} | {cpu_s - slope * small:.2f} | {slope * 1000:.1f} ms "
-                         f"| {wall_l:.2f} {ratios}")  # fmt: skip
+                         f"| {wall_l:.2f} | {hosts_l:.2f} {ratios}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -185,9 +224,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="narwhal-bench-") as tmp:
         workdir = Path(tmp)
         workdir.chmod(0o711)
+        runtime = workdir / "runtime"  # the preloaded processes' sockets, never a user's own
+        runtime.mkdir(mode=0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
         executable = pyinfra_bin(args.pyinfra_venv or workdir / "pyinfra-venv")
         version = subprocess.run([str(executable), "--version"], capture_output=True, text=True).stdout.strip()
-        figures: dict[int, dict[str, tuple[float, float]]] = {}
+        figures: dict[int, dict[str, Figures]] = {}
         with SimFleet(workdir / "fleet") as fleet:
             for number in range(1, args.large + 1):
                 fleet.add_host(f"h{number}", gpus=1)
@@ -197,8 +239,9 @@ def main() -> None:
                 for size in (args.small, args.large):
                     found = measure(size, round_, fleet, executable, workdir)
                     best = figures.setdefault(size, found)
-                    for name, (wall, cpu) in found.items():
-                        best[name] = (min(wall, best[name][0]), min(cpu, best[name][1]))
+                    for name, cell in found.items():
+                        best[name] = (min(cell[0], best[name][0]), min(cell[1], best[name][1]),
+                                      min(cell[2], best[name][2]))  # fmt: skip
     print(
         f"{version}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end, "
         f"{(time.monotonic() - began) / 60:.1f} min\n"

@@ -1,5 +1,5 @@
 """`python -m narwhal_assets` is the `deploy-hosts` command line."""
 
-from narwhal_assets.cli.main import command
+from narwhal_assets.cli.entry import command
 
 raise SystemExit(command())

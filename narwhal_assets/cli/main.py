@@ -13,6 +13,7 @@ from narwhal_assets.cli import (
     install,
     lease,
     plan,
+    preload,
     prepare,
     prune,
     resolve,
@@ -28,6 +29,7 @@ from narwhal_assets.local.process_env import make_process_private
 
 EXIT_FAILED = 1
 EXIT_INPUT = 2
+EXIT_INTERRUPTED = 130  # as a shell reports SIGINT, and as a command run by the runner ends on one
 ROOT_HELP = "management checkout (default: the current directory)"
 
 
@@ -35,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="deploy-hosts", description=__doc__)
     parser.add_argument("--root", type=Path, default=None, help=ROOT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (plan, discover, prepare, access, resolve, install, status, prune, lease, shell, tunnel, ui):
+    for module in (plan, discover, prepare, access, resolve, install, status, prune, lease, shell, tunnel, ui, preload):
         module.register(sub)
     # `deploy-hosts plan --root X` works as well as `--root X plan`; an alias names the same parser (once here)
     for command in dict.fromkeys(sub.choices.values()):
@@ -54,10 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in str(exc).split("\n"):  # our lines; anything a host put inside one is escaped
             print(f"deploy-hosts {args.command}: error: {printable(line, None)}", file=sys.stderr)
         return EXIT_INPUT if isinstance(exc, InputError) else EXIT_FAILED
+    except KeyboardInterrupt:  # a command outside the runner (check-access, trust, ...): one line, no traceback
+        print(f"deploy-hosts {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def command() -> int:
-    """The `deploy-hosts` executable (and `python -m narwhal_assets`): `main`, in a process that ends with it."""
+    """`main` in a process that ends with it: the executable's own (`cli/entry.py`) or a preloaded child."""
     try:
         return main()
     finally:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import os
 import re
 import select
@@ -50,6 +51,9 @@ from narwhal_assets.ssh.resolver import config_label
 from narwhal_assets.ssh.trust import HostKey, KnownHostsStore, TrustMode, Verdict
 
 T = TypeVar("T")
+# paramiko's transport thread logs a connection's failure that this module raises itself (and reports once);
+# with no handler of its own Python's last-resort handler would print it, traceback included, on stderr.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_COMMAND_TIMEOUT = 600.0  # one command (an install's installer run is the longest); every caller's default
 DEFAULT_HOST_TIMEOUT = 3600.0
