@@ -21,6 +21,7 @@ import time
 from narwhal_assets.cli import resident
 from narwhal_assets.core.errors import InputError, NarwhalError
 
+NONE = "no preloaded process serves this environment"
 START_S = 120.0  # the imports on a busy 2-CPU machine take seconds; this bounds a wedged start
 
 
@@ -61,7 +62,7 @@ def _start(args: argparse.Namespace) -> int:
 def _status(_args: argparse.Namespace) -> int:
     answer = resident.ask(os.environ, {"status": True})
     if answer is None:
-        print("no preloaded process serves this environment")
+        print(NONE)
         return 1
     since = datetime.datetime.fromtimestamp(answer["started_at"]).astimezone().isoformat(timespec="seconds")
     print(f"preloaded process {answer['pid']} since {since}: {answer['served']} commands served, "
@@ -72,7 +73,7 @@ def _status(_args: argparse.Namespace) -> int:
 def _stop(_args: argparse.Namespace) -> int:
     answer = resident.ask(os.environ, {"stop": True})
     if answer is None:
-        print("no preloaded process serves this environment")
+        print(NONE)
         return 0
     running = f" once its {answer['running']} running commands end" if answer["running"] else ""
     print(f"preloaded process {answer['stopping']} stops{running}")
@@ -88,7 +89,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # it exists, and belongs to someone else now
     return True
 
 
