@@ -36,8 +36,10 @@ class World:
                               timeout=180, check=False)  # fmt: skip
 
     def start(self, root: Path, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.argv(root, *args), env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        """The command as an operator's shell starts it: SIGINT by default, even where pytest runs with it
+        ignored (a CI runner's `cmd &`); the caller passes its dispositions on, so it would stay ignored."""
+        return subprocess.Popen(self.argv(root, *args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, preexec_fn=_default_sigint)  # fmt: skip
 
     def argv(self, root: Path, *args: str) -> list[str]:
         return [sys.executable, "-m", "narwhal_assets", "--root", str(root), *args]
@@ -51,6 +53,10 @@ def runtime() -> Iterator[Path]:
     """A private runtime directory with a short path (a socket's path is at most 107 bytes)."""
     with tempfile.TemporaryDirectory(prefix="preload-") as path:
         yield Path(path)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def environment(runtime: Path, **extra: str) -> dict[str, str]:
