@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.env_checkout import write_checkout
@@ -35,11 +36,11 @@ class World:
         return subprocess.run(self.argv(root, *args), env=env or self.env, capture_output=True, text=True,
                               timeout=180, check=False)  # fmt: skip
 
-    def start(self, root: Path, *args: str) -> subprocess.Popen[str]:
+    def start(self, root: Path, *args: str, sigint: Any = signal.SIG_DFL) -> subprocess.Popen[str]:
         """The command as an operator's shell starts it: SIGINT by default, even where pytest runs with it
-        ignored (a CI runner's `cmd &`); the caller passes its dispositions on, so it would stay ignored."""
+        ignored (a CI runner's `cmd &`), unless `sigint` says otherwise (the caller passes it on)."""
         return subprocess.Popen(self.argv(root, *args), env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, preexec_fn=_default_sigint)  # fmt: skip
+                                text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))  # fmt: skip
 
     def argv(self, root: Path, *args: str) -> list[str]:
         return [sys.executable, "-m", "narwhal_assets", "--root", str(root), *args]
@@ -53,10 +54,6 @@ def runtime() -> Iterator[Path]:
     """A private runtime directory with a short path (a socket's path is at most 107 bytes)."""
     with tempfile.TemporaryDirectory(prefix="preload-") as path:
         yield Path(path)
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def environment(runtime: Path, **extra: str) -> dict[str, str]:
@@ -160,6 +157,26 @@ def test_the_callers_signal_reaches_the_command(world: World, signum: int, retur
         wait_for(lambda: not proxies(), "the ProxyCommand's end")
     else:
         for pid in proxies():  # in its own session, as a command run in place leaves it: end it here
+            os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: world.status() is not None and world.status()["running"] == 0, "the command's end")
+
+
+def test_a_signal_the_caller_ignores_is_ignored_by_the_command(world: World) -> None:
+    """`cmd &` in a script starts it with SIGINT ignored: the forked command ignores it too, as it would in place."""
+    before = served(world)
+    caller = world.start(world.proxied, "check-access", "--timeout", "120", sigint=signal.SIG_IGN)
+    try:
+        wait_for(lambda: len(proxies()) == 1 and served(world) == before + 1, "the command waiting on its proxy")
+        caller.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            caller.wait(timeout=2)
+        answer = world.status()
+        assert answer is not None and answer["running"] == 1 and len(proxies()) == 1
+        caller.send_signal(signal.SIGTERM)
+        assert caller.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        caller.kill()
+        for pid in proxies():
             os.kill(pid, signal.SIGKILL)
     wait_for(lambda: world.status() is not None and world.status()["running"] == 0, "the command's end")
 
