@@ -57,6 +57,7 @@ class Child:
     pid: int
     conn: socket.socket
     pidfd: int
+    caller_gone: bool = False  # its connection closed: no longer watched, nothing to report to
 
 
 @dataclass
@@ -77,9 +78,8 @@ class Server:
 def fingerprint() -> list[tuple[str, int, int]]:
     """What the loaded program is made of: each loaded module file of this package and each directory on
     `sys.path` (a package installed, upgraded or removed changes its entries), as path, mtime and size."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     files = (getattr(module, "__file__", None) for module in list(sys.modules.values()))
-    paths = {path for path in files if isinstance(path, str) and path.startswith(package)}
+    paths = {path for path in files if isinstance(path, str) and path.startswith(resident.PACKAGE_DIR)}
     paths.update(p for p in sys.path if p and os.path.isdir(p))
     marks = []
     for path in sorted(paths):
@@ -119,7 +119,7 @@ def serve(server: Server, listener: socket.socket) -> dict[str, Any]:
                     return request
             elif isinstance(kind, Child):
                 if selected.fileobj is kind.conn:
-                    _from_caller(kind)
+                    _from_caller(selector, kind)
                 else:
                     _ended(server, selector, kind)
                     idle_since = time.monotonic()
@@ -165,7 +165,7 @@ def _accept(server: Server, listener: socket.socket, selector: selectors.BaseSel
         go, _ = resident.receive(conn)
         if not go or "go" not in go:
             raise ValueError("no go")
-    except (OSError, ValueError, struct.error):
+    except (OSError, ValueError, KeyError, TypeError, struct.error):  # a malformed request is dropped
         for fd in fds:
             os.close(fd)
         conn.close()
@@ -216,7 +216,7 @@ def _accept(server: Server, listener: socket.socket, selector: selectors.BaseSel
     return None
 
 
-def _from_caller(child: Child) -> None:
+def _from_caller(selector: selectors.BaseSelector, child: Child) -> None:
     """A signal to pass on, or the caller gone (then the command goes too)."""
     try:
         message, _ = resident.receive(child.conn)
@@ -224,6 +224,8 @@ def _from_caller(child: Child) -> None:
         message = None
     if message is None:
         signum = signal.SIGKILL
+        child.caller_gone = True
+        selector.unregister(child.conn)  # a closed connection stays readable: watch only the child's end
     elif int(message.get("signal", 0)) in resident.SIGNALS:
         signum = signal.Signals(int(message["signal"]))
     else:
@@ -235,9 +237,10 @@ def _from_caller(child: Child) -> None:
 def _ended(server: Server, selector: selectors.BaseSelector, child: Child) -> None:
     _, status = os.waitpid(child.pid, 0)
     outcome = {"killed": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.waitstatus_to_exitcode(status)}
-    with suppress(OSError):
-        resident.send(child.conn, outcome)
-    selector.unregister(child.conn)
+    if not child.caller_gone:
+        with suppress(OSError):
+            resident.send(child.conn, outcome)
+        selector.unregister(child.conn)
     selector.unregister(child.pidfd)
     child.conn.close()
     os.close(child.pidfd)
@@ -246,8 +249,6 @@ def _ended(server: Server, selector: selectors.BaseSelector, child: Child) -> No
 
 def _take(request: dict[str, Any], fds: list[int]) -> None:
     """The command's world, in the child: its streams, directory, environment, umask, limits, signals."""
-    import resource
-
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)

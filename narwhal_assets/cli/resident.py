@@ -39,6 +39,7 @@ VOLATILE = frozenset({"PWD", "OLDPWD", "_", "SHLVL"})
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)  # passed on to the command's group
 MESSAGE_MAX = 1 << 20
 HANDSHAKE_S = 5.0
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # narwhal_assets/, as loaded
 
 
 class PreloadError(Exception):
@@ -69,8 +70,7 @@ def runtime_dir(environ: Environ) -> str:
 def key(environ: Environ) -> str:
     """What a server and a command must share: the program (interpreter, prefix, this package) and the
     environment apart from the shell's bookkeeping."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    program = [os.path.realpath(sys.executable), sys.prefix, package, os.getuid()]
+    program = [os.path.realpath(sys.executable), sys.prefix, PACKAGE_DIR, os.getuid()]
     env = sorted((k, v) for k, v in environ.items() if k not in VOLATILE)
     return hashlib.sha256(json.dumps([program, env]).encode()).hexdigest()[:24]
 

@@ -155,7 +155,7 @@ def run_job(
 
     job = make_definitions(str(root), progress).resolve_job_def(job_name)
     try:
-        instance = instance or operator_instance(root)
+        instance = instance if instance is not None else operator_instance(root)
         end_dead_runs(instance)
     except Exception as exc:  # a full disk, a database that is down: say so in one line
         raise StorageError(

@@ -181,3 +181,28 @@ def test_a_child_forked_while_another_thread_holds_the_engine_lock_can_still_ope
         os.waitpid(child, 0)
         raise AssertionError("the child waited for a lock that no thread of its own held")
     assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def test_the_schema_head_is_found_once_per_process_and_the_database_revision_on_every_check(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """alembic loads every migration script to find the newest revision; after `load_schema_heads` (what
+    `deploy-hosts preload` does before forking) opening an existing instance, as each command does, loads
+    none (creating a database still stamps it through alembic, Dagster's own way)."""
+    from alembic.script import ScriptDirectory
+
+    assert JOB.execute_in_process(instance=operator_instance(root)).success  # the databases exist now
+    instance_storage.load_schema_heads()
+    loads = []
+    from_config = ScriptDirectory.from_config
+
+    def counted(config: object) -> ScriptDirectory:
+        loads.append(config)
+        return from_config(config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ScriptDirectory, "from_config", counted)
+    instance = operator_instance(root)
+    assert len(instance.get_runs()) == 1
+    assert loads == []
+    db_revision, head = instance.run_storage.alembic_version()  # type: ignore[attr-defined]
+    assert db_revision == head is not None  # read from the database: stamped at the newest revision
