@@ -8,8 +8,9 @@ machine hits both alike; each pair gives a ratio, printed as min / median / max.
 namespaces and real sshd).
 
 Besides wall time, each run's CPU seconds are counted: this process's (workstation side: Dagster, SSH
-client, parsing) and the simulated hosts' (every sshd listener's reaped children: sshd sessions, the command
-guard, the probe, the tools). On a machine shared with other work the CPU ratio is the steadier figure.
+client, parsing) and the simulated hosts' (everything their sshd ran, in one cgroup: sshd sessions, the
+command guard with the probe in it, the tools). On a machine shared with other work the CPU ratio is the
+steadier figure.
 On the simulated fleet `nvidia-smi` and `docker` are Python scripts and every host shares the workstation's
 CPUs, so the probe's remote side costs far more here than on real hosts with native tools and their own CPUs.
 
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from bench_install import HostsCpu
 from fleetsim import SimFleet
 
 from narwhal_assets.cli.main import main as deploy_hosts
@@ -62,46 +64,12 @@ class Cost(NamedTuple):
         return self.workstation_cpu + self.hosts_cpu
 
 
-def listener_pids(fleet: SimFleet) -> list[int]:
-    pids = []
-    for host in fleet.hosts.values():
-        with contextlib.suppress(OSError, ValueError):
-            pids.append(int((host.hostdir / "sshd.pid").read_text().strip()))
-    return pids
-
-
-def hosts_cpu_s(fleet: SimFleet) -> float:
-    """CPU seconds of every host's sshd listener and the children it reaped (each connection's processes)."""
-    ticks = 0
-    for pid in listener_pids(fleet):
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def sessions_reaped(fleet: SimFleet, patience: float = 5.0) -> None:
-    """Wait until every listener has reaped its sessions: a session's CPU reaches the listener's cutime only
-    then, a moment after the client has its answer, and would otherwise count towards the next measurement."""
-    deadline = time.monotonic() + patience
-    while time.monotonic() < deadline:
-        children = ""
-        for pid in listener_pids(fleet):
-            with contextlib.suppress(OSError):
-                children += Path(f"/proc/{pid}/task/{pid}/children").read_text().strip()
-        if not children:
-            return
-        time.sleep(0.01)
-
-
-def measure(fleet: SimFleet, work: Callable[[], object]) -> tuple[Cost, object]:
-    sessions_reaped(fleet)
-    own, hosts, started = time.process_time(), hosts_cpu_s(fleet), time.perf_counter()
+def measure(hosts: HostsCpu, work: Callable[[], object]) -> tuple[Cost, object]:
+    own, before, started = time.process_time(), hosts.seconds(), time.perf_counter()
     result = work()
     wall = time.perf_counter() - started
     own = time.process_time() - own
-    sessions_reaped(fleet)
-    return Cost(wall, own, hosts_cpu_s(fleet) - hosts), result
+    return Cost(wall, own, hosts.seconds() - before), result
 
 
 def spread(values: list[float]) -> str:
@@ -157,6 +125,7 @@ def main() -> None:
             fleet.add_host(f"h{number}", gpus=1)
         fleet.start()
         fleet.write_model("bench", files, {"model_type": "llama"})
+        hosts = HostsCpu(fleet)
         root = Path(tmp) / "checkout"
         root.mkdir()
         roles = {f"engine-{n}": f"h{n}" for n in range(1, args.hosts + 1)} | {"router": "h1"}
@@ -164,15 +133,16 @@ def main() -> None:
         (root / ".env").write_text("\n".join([*fleet.env_lines(roles), image, *ENGINE_ENV]) + "\n")
         os.environ["DAGSTER_HOME"] = str(root / "runs" / "dagster")
         discover(root)  # first discovery: enrols keys, hashes everything
-        full, _ = measure(fleet, lambda: discover(root, "--full-hash"))
+        full, _ = measure(hosts, lambda: discover(root, "--full-hash"))
         pairs: list[tuple[Cost, Cost]] = []
         for _ in range(args.repeat):  # alternating, so both see the same load
-            incremental, _ = measure(fleet, lambda: discover(root))
-            probe, report = measure(fleet, lambda: drift(root))
+            incremental, _ = measure(hosts, lambda: discover(root))
+            probe, report = measure(hosts, lambda: drift(root))
             pairs.append((incremental, probe))
         floor, _ = best_of(args.repeat, lambda: on_every_host(root, None))
         tools_command = f"{TOOLS} {shlex.quote(fleet.host('h1').image_ref)} >/dev/null & wait"
         tools, _ = best_of(args.repeat, lambda: on_every_host(root, tools_command))
+        hosts.close()
     assert isinstance(report, DriftReport)
     if report.drift or report.unreachable:
         raise SystemExit("unexpected drift: " + "; ".join(report.lines()))

@@ -3,10 +3,11 @@
 Bars (printed, never asserted): a first install of 8 hosts in parallel is >= 3x faster than the same
 install with `--max-parallel 1`; a complete reinstall sends 0 bytes and takes < 1 s per host.
 Also printed: workstation CPU seconds per host (the `deploy-hosts install` process and its worker
-processes, measured as reaped children) and host CPU seconds per host (what each host's sshd reaped: the
-installer, git, `python -m venv`, the install and check commands). Each install is a fresh `deploy-hosts`
-process, as an operator runs it, against the same discovered checkout; every first install uses its own
-prepared run (a new deployment id, so nothing is reused). Needs root (network namespaces and real sshd).
+processes, measured as reaped children) and host CPU seconds per host (everything each host's sshd ran, in
+one cgroup: the connection, the installer, git, `python -m venv`, the install and check commands). Each
+install is a fresh `deploy-hosts` process, as an operator runs it, against the same discovered checkout;
+every first install uses its own prepared run (a new deployment id, so nothing is reused). Needs root
+(network namespaces and real sshd).
 
 The simulated hosts have no CPUs of their own: every host's work runs on this machine's few cores, beside
 the workstation's, so a CPU-bound first install cannot run much faster in parallel than serially here,
@@ -36,6 +37,7 @@ import time
 from pathlib import Path
 
 from fleetsim import SimFleet
+from process_meter import Cgroup
 
 from narwhal_assets.cli.main import main as deploy_hosts
 
@@ -52,7 +54,9 @@ ENGINE_ENV = [
 INSTALL = ("sleep \"$(cat WAIT)\" && python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0],"
            " \"checkout.pth\").write_text(str(pathlib.Path.cwd()) + chr(10))'")  # fmt: skip
 HOST_WAIT_FILE = "host-wait"  # seconds the install command waits, read on the host (the hosts share /tmp)
-LINE_RE = re.compile(r"^  (\S+)\s+roles=\S+\s+(installed|reused) \((\d+) files, (\d+) bytes sent; ([0-9.]+) s\)$", re.M)
+# `installed, activated (was none) (N files, B bytes sent; S s)`, `reused, already current (...)`: workflows.install
+LINE_RE = re.compile(r"^  (\S+)\s+roles=\S+\s+(installed|reused), [^(]*(?:\(was \S+\) )?"
+                     r"\((\d+) files, (\d+) bytes sent; ([0-9.]+) s\)$", re.M)
 
 
 def git(root: Path, *args: str) -> str:
@@ -93,14 +97,30 @@ def set_host_wait(workdir: Path, seconds: float) -> None:
     wait.chmod(0o644)
 
 
-def host_cpu(fleet: SimFleet, hosts: int) -> float:
-    """CPU seconds of every finished SSH session of the fleet so far (each host's sshd reaps its sessions)."""
-    total = 0
-    for number in range(1, hosts + 1):
-        pid = (fleet.host(f"h{number}").hostdir / "sshd.pid").read_text().strip()
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[13]) + int(fields[14])  # cutime, cstime (fields 16 and 17 of stat)
-    return total / os.sysconf("SC_CLK_TCK")
+class HostsCpu:
+    """CPU seconds of everything the fleet's hosts run from now on: each host's sshd listener joins one cgroup,
+    so every connection, session and command it forks is born there and counted, however it ends.
+
+    (What sshd reaps is not that: a session whose parent exits before reaping it is reaped by init. With
+    OpenSSH's own client, and so pyinfra's way of closing, a command's whole CPU never reached the listener:
+    `python3 -c 'for i in range(10**7): pass'` over `ssh` added 4 ms there, over paramiko 350 ms.)"""
+
+    def __init__(self, fleet: SimFleet) -> None:
+        self.listeners = [int((host.hostdir / "sshd.pid").read_text()) for host in fleet.hosts.values()]
+        self.group = Cgroup()
+        for pid in self.listeners:
+            self.group.procs_file.write_text(f"{pid}\n")
+
+    def seconds(self) -> float:
+        return self.group.cpu_seconds()
+
+    def close(self) -> None:
+        """The listeners back to the parent group; the group goes once the sessions it still has ended."""
+        for pid in self.listeners:
+            with contextlib.suppress(OSError):
+                (self.group.path.parent / "cgroup.procs").write_text(f"{pid}\n")
+        self.group.drain()
+        self.group.remove()
 
 
 def prepare(root: Path, out: Path) -> Path:
@@ -155,22 +175,24 @@ def main() -> None:
         fleet.start()
         fleet.write_model("bench", {"weights.bin": b"\0" * 4096}, {"model_type": "llama"})
         root = checkout(workdir, fleet, n)
+        hosts = HostsCpu(fleet)
         walls: dict[str, float] = {}
         for label, wait in (("", 0.0), (f", hosts wait {args.host_wait:g} s", args.host_wait)):
             set_host_wait(workdir, wait)
             for parallel in (1, n):
                 name = f"first, --max-parallel {parallel}{label}"
                 run = prepare(root, workdir / f"run-{parallel}-{wait:g}")
-                before = host_cpu(fleet, n)
+                before = hosts.seconds()
                 wall, cpu, first = install(root, run, "--max-parallel", str(parallel))
                 walls[name] = wall
                 sent = sum(b for _, b, _ in first.values())
-                rows.append((name, wall, cpu / n, (host_cpu(fleet, n) - before) / n, sent))
+                rows.append((name, wall, cpu / n, (hosts.seconds() - before) / n, sent))
         set_host_wait(workdir, 0.0)
-        before = host_cpu(fleet, n)
+        before = hosts.seconds()
         again_wall, again_cpu, again = install(root, run, "--max-parallel", str(n))
         resent = sum(b for _, b, _ in again.values())
-        rows.append(("reinstall (reuse)", again_wall, again_cpu / n, (host_cpu(fleet, n) - before) / n, resent))
+        rows.append(("reinstall (reuse)", again_wall, again_cpu / n, (hosts.seconds() - before) / n, resent))
+        hosts.close()
     print(f"{n} simulated hosts, {os.cpu_count()} CPUs here (shared by the workstation and every host's sshd,")
     print(f"installer, git, venv and install commands, which real hosts run on their own CPUs); load average "
           f"{os.getloadavg()[0]:.1f} at the end")  # fmt: skip

@@ -1,4 +1,5 @@
-"""Drift probe: runs on a fleet host as `python3 -I -S -` (source on stdin) and prints one JSON document.
+"""Drift probe: runs on a fleet host in the transport's guard (`guard.py`, `-`: source on stdin, `-I -S`) and
+prints one JSON document.
 
 Standard library only, Python 3.8+, ASCII source. It is the cheap half of discovery: it runs the commands
 the workstation names (argv lists, no shell), reads the machine id, stats every file of each model

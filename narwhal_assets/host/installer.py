@@ -1,10 +1,11 @@
 """Host-side installer: runs on a fleet host, fed on stdin over the host's one SSH connection.
 
-Standard library only, Python 3.8+, ASCII source: hosts do not have this package. The workstation starts
-`python3 -I -S -c BOOTSTRAP` and writes `<length>\\n<this source + main('<json params>')>` to its stdin, followed
-(for `install`) by the raw bytes of every file listed in `send`, in that order; sizes come from the params,
-so the stream needs no framing. The one stdout line is a JSON report parsed by
-`narwhal_assets.protocols.install`; commands' output is captured into it, never inherited.
+Standard library only, Python 3.8+, ASCII source: hosts do not have this package. The transport's guard
+(`guard.py`, `-`) runs it in its own interpreter from what stdin carries (`narwhal_assets.host.program_stream`):
+`<length>\\n<this source + main('<json params>')>`, followed (for `install`) by the raw bytes of every file
+listed in `send`, in that order; sizes come from the params, so the stream needs no framing. The one stdout
+line is a JSON report parsed by `narwhal_assets.protocols.install`; commands' output is captured into it, never
+inherited.
 
 Actions, all on `~/<remote_dir>` (created with umask 077):
 - `inspect`: read-only. Which files are present with the right hash; when the completion marker names the

@@ -1,4 +1,5 @@
-"""Discovery probe: runs on a fleet host as `python3 -I -S -` (source on stdin) and prints one JSON document.
+"""Discovery probe: runs on a fleet host in the transport's guard (`guard.py`, `-`: source on stdin, `-I -S`) and
+prints one JSON document.
 
 Standard library only, Python 3.8+, ASCII source: hosts do not have this package. The workstation appends
 `main('<json params>')` (`narwhal_assets.protocols.probe.probe_script`) and parses the document with

@@ -15,12 +15,13 @@ from narwhal_assets.host import program_call, program_source
 from narwhal_assets.host.probe import IP_ARGV, NVIDIA_SMI_ARGV
 from narwhal_assets.protocols.probe_report import parse_docker_inspect, parse_ip_json, parse_nvidia_smi
 
+DRIFT_PROGRAM = "drift_probe.py"  # the host program's name, as the transport's messages show it
 OUTPUT_LIMIT = 64 << 20
 SCHEMA = "narwhal.drift-probe"
 
 
 def drift_source() -> str:
-    return program_source("drift_probe.py")
+    return program_source(DRIFT_PROGRAM)
 
 
 def drift_script(observation: HostObservation) -> str:

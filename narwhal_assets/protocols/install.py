@@ -8,7 +8,6 @@ read from a host that is not trusted: bounded in size, parsed once (linear time)
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from enum import StrEnum
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -21,13 +20,7 @@ from narwhal_assets.core.prepared_run.manifest import DEPLOYMENT_ID_RE
 from narwhal_assets.host import program_call, program_source
 from narwhal_assets.protocols.lease import LeaseState, lease_source
 
-# Reads the length-prefixed installer from stdin and runs it; what follows on stdin is the installer's.
-# Isolated (-I): the command starts in the account's home, whose `json.py` or `random.py` would otherwise
-# shadow the standard library modules the installer imports.
-BOOTSTRAP = (
-    "python3 -I -S -c 'import sys;n=int(sys.stdin.buffer.readline(32));"
-    'exec(compile(sys.stdin.buffer.read(n),"narwhal-install","exec"))\''
-)
+INSTALLER = "installer.py"  # the host program's name, as the transport's messages and the host log show it
 REPORT_LIMIT = 8 << 20
 Action = Literal["inspect", "install", "activate", "status", "prune"]
 ENTRY_LIMIT = 256  # the installer's `ENTRY_LIMIT`: entries `status` lists, ids `prune` takes
@@ -159,18 +152,12 @@ def installer_source() -> str:
     """The installer's program: its source, then the lease's, each exactly as shipped (the installer uses the
     lease's classes once it runs, and a host has no package to import them from; the installer's
     `from __future__` import must stay first)."""
-    return f"{program_source('installer.py').rstrip()}\n\n\n{lease_source()}"
+    return f"{program_source(INSTALLER).rstrip()}\n\n\n{lease_source()}"
 
 
 def installer_script(params: dict[str, Any]) -> str:
     """The installer source plus `main('<json>')`: parameters travel as an ASCII JSON string literal."""
     return program_call(installer_source(), "main", params)
-
-
-def install_stream(script: str, payloads: Sequence[bytes] = ()) -> bytes:
-    """What the bootstrap reads on stdin: the length-prefixed script, then each payload's raw bytes."""
-    code = script.encode("ascii")
-    return b"".join([str(len(code)).encode() + b"\n", code, *payloads])
 
 
 def parse_install_report(stdout: bytes) -> InstallReport:

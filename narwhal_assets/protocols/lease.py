@@ -16,6 +16,7 @@ from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import LeaseReportError
 from narwhal_assets.host import program_call, program_source
 
+LEASE_PROGRAM = "lease.py"  # the host program's name, as the transport's messages show it
 REPORT_LIMIT = 64 * 1024
 LeaseAction = Literal["acquire", "renew", "release", "release_dead", "clear", "show"]
 LeaseStateName = Literal["absent", "ours", "held", "expired", "broken", "lost"]
@@ -115,7 +116,7 @@ class LeaseReport(LeaseState):
 
 def lease_source() -> str:
     """The lease program's source, exactly as shipped (the installer's program starts with it)."""
-    return program_source("lease.py")
+    return program_source(LEASE_PROGRAM)
 
 
 def lease_script(params: dict[str, Any]) -> str:

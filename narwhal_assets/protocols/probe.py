@@ -1,7 +1,7 @@
 """Programs sent to fleet hosts and the workstation-side code that builds their input and reads their output.
 
-Discovery runs ONE probe program per physical host over one SSH connection: the transport starts
-`python3 -I -S -`, writes `probe_script(params)` to its stdin and hands the probe's stdout to
+Discovery runs ONE probe program per physical host over one SSH connection: the transport runs
+`probe_script(params)` in the host's guard (`HostConnection.run_program`) and hands the probe's stdout to
 `narwhal_assets.protocols.probe_report.parse_probe_output`.
 """
 
@@ -15,15 +15,16 @@ from narwhal_assets.core.errors import InputError
 from narwhal_assets.core.roles import engine_number
 from narwhal_assets.host import program_call, program_source
 
+PROBE_PROGRAM = "probe.py"  # the host program's name, as the transport's messages show it
 PARAM_KEYS = frozenset({"image", "models", "previous", "full_hash", "workers", "sysfs_net", "sysfs_infiniband",
                         "dev_infiniband", "known_packages"})
 
-__all__ = ["previous_hashes", "probe_params", "probe_script", "probe_source"]
+__all__ = ["PROBE_PROGRAM", "previous_hashes", "probe_params", "probe_script", "probe_source"]
 
 
 def probe_source() -> str:
     """The probe's source text, exactly as shipped in the package."""
-    return program_source("probe.py")
+    return program_source(PROBE_PROGRAM)
 
 
 def _image_problems(image: Any) -> list[str]:

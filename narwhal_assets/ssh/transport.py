@@ -42,6 +42,7 @@ import paramiko
 from narwhal_assets.core.display import printable
 from narwhal_assets.core.errors import InputError, NarwhalError, SshFailure
 from narwhal_assets.host import program_source
+from narwhal_assets.host.guard import PROGRAM
 from narwhal_assets.ssh import identities
 from narwhal_assets.ssh.destination import Endpoint, resolve_endpoint
 from narwhal_assets.ssh.parallel import over_hosts
@@ -102,11 +103,17 @@ def guard_source() -> str:
     return program_source("guard.py")
 
 
-def guarded(command: str, limit: float) -> str:
-    """The remote command line that runs `command` under the guard with a `limit`-second backstop."""
+def guard_argv(limit: float, command: str | None) -> list[str]:
+    """The guard's command line with a `limit`-second backstop: for shell `command`, or (None) for the host
+    program framed on its stdin (`narwhal_assets.host.program_stream`), run in the guard's own interpreter."""
     # -I -S: nothing of the account's Python environment, and no `site` import (half the guard's start-up)
-    argv = ["python3", "-I", "-S", "-c", guard_source(), f"{limit:.0f}", "/bin/sh", "-c", command]
-    return "exec " + shlex.join(argv)
+    head = ["python3", "-I", "-S", "-c", guard_source(), f"{limit:.0f}"]
+    return [*head, "/bin/sh", "-c", command] if command is not None else [*head, PROGRAM]
+
+
+def guarded(command: str | None, limit: float) -> str:
+    """The remote command line that runs `command` (None: the framed host program) under the guard."""
+    return "exec " + shlex.join(guard_argv(limit, command))
 
 
 class Watchdog:
@@ -235,11 +242,17 @@ class HostConnection:
         """Run `command` on the host under the guard, feeding `stdin`; bounded by `timeout` seconds and the
         output limit (stdout plus stderr). Stopping it for any reason stops its processes on the host."""
         with self._watched():
-            return self._run(command, stdin, self.command_timeout if timeout is None else timeout)
+            return self._run(command, f"command `{printable(command, 60)}`", stdin, timeout)
 
-    def _run(self, command: str, stdin: bytes | None, limit: float) -> CommandResult:
+    def run_program(self, name: str, stream: bytes, timeout: float | None = None) -> CommandResult:
+        """Run host program `name` (`probe.py`, `installer.py`, ...), framed in `stream` with its input
+        (`narwhal_assets.host.program_stream`), in the guard's interpreter; bounded as `run` is."""
+        with self._watched():
+            return self._run(None, f"host program `{name}`", stream, timeout)
+
+    def _run(self, command: str | None, label: str, stdin: bytes | None, timeout: float | None) -> CommandResult:
         started = time.monotonic()
-        label = f"command `{printable(command, 60)}`"
+        limit = self.command_timeout if timeout is None else timeout
         try:
             channel = self.transport.open_session(timeout=limit)
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -250,8 +263,9 @@ class HostConnection:
             rc = channel.recv_exit_status() if outcome.ended == "exited" else -1
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._failure(self._lost() or f"{label} failed: {_describe(exc)}") from None
-        finally:
-            channel.close()
+        finally:  # closing on a transport already gone raises; what ended the command is said below
+            with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
+                channel.close()
         if outcome.ended == "timeout":
             raise self._failure(f"{label} did not finish within {limit:.0f} s (command timeout); stopped it")
         if outcome.ended == "output":
@@ -260,7 +274,7 @@ class HostConnection:
             )
         if outcome.ended == "closed":
             raise self._failure(self._lost() or f"connection closed by the host before {label} finished")
-        return CommandResult(command, rc, outcome.stdout, outcome.stderr, time.monotonic() - started)
+        return CommandResult(label, rc, outcome.stdout, outcome.stderr, time.monotonic() - started)
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None:
         """Write `data` to `remote_path` (created with `mode` before any byte is written)."""

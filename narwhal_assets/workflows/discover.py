@@ -49,11 +49,11 @@ from narwhal_assets.core.launch.policy import resolve_engine_field
 from narwhal_assets.core.launch.profiling import ProfilingLimits, build_profiling_limits
 from narwhal_assets.core.prepared_run.prepare_inputs import discovery_inputs_digest, input_digests
 from narwhal_assets.core.roles import Role, engine_number
-from narwhal_assets.host import STDIN_PROGRAM
+from narwhal_assets.host import program_stream
 from narwhal_assets.local.checkpoint_store import load_checkpoint, prune_discovery_runs, save_checkpoint
 from narwhal_assets.local.configset import publish_files, publish_lock
 from narwhal_assets.local.privatefiles import ensure_private_dir, sha256_file, write_private
-from narwhal_assets.protocols.probe import previous_hashes, probe_script
+from narwhal_assets.protocols.probe import PROBE_PROGRAM, previous_hashes, probe_script
 from narwhal_assets.protocols.probe_report import parse_probe_output, render_command_log
 from narwhal_assets.ssh.access import host_access, host_accesses
 from narwhal_assets.ssh.destination import resolve_endpoint
@@ -218,7 +218,7 @@ def inspect_hosts(
 
     def probe(connection: HostConnection) -> tuple[HostObservation, dict[str, CheckpointDigest]]:
         entry = inventory.host(connection.host_id)
-        result = connection.run(STDIN_PROGRAM, stdin=requests[entry.id].encode(), timeout=PROBE_TIMEOUT_S)
+        result = connection.run_program(PROBE_PROGRAM, program_stream(requests[entry.id]), timeout=PROBE_TIMEOUT_S)
         raw = result.text()
         try:
             parsed = parse_probe_output(entry.id, entry.roles, connection.fingerprint, raw, observed_at, previous)

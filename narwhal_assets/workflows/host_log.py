@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from narwhal_assets.local.privatefiles import FILE_MODE, ensure_private_dir, write_private
-from narwhal_assets.protocols.install import BOOTSTRAP, InstallReport
+from narwhal_assets.protocols.install import INSTALLER, InstallReport
 
 LOG_OUTPUT_LIMIT = 256 * 1024
 PROGRAMS_DIR = "programs"
@@ -60,7 +60,8 @@ class HostLog:
         if isinstance(params.get("lease"), dict):
             shown["lease"] = {k: v for k, v in params["lease"].items() if k in ("mode", "release", "lease_s")}
         text = json.dumps(shown, sort_keys=True, ensure_ascii=True)
-        self._append(f"\n=== {_now()} {action}\n$ {BOOTSTRAP}\n--- program {stored} with {text}\n")
+        ran = f"$ host program {INSTALLER}, under the guard"
+        self._append(f"\n=== {_now()} {action}\n{ran}\n--- program {stored} with {text}\n")
 
     def result(self, rc: int, stdout: bytes, stderr: bytes, report: InstallReport | None) -> None:
         """The exit status and output, then what the report (if one was read) says the host ran: one write.

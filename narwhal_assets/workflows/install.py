@@ -29,14 +29,14 @@ from narwhal_assets.core.prepared_run.manifest_check import (
 )
 from narwhal_assets.core.prepared_run.role_env import RoleSources
 from narwhal_assets.core.prepared_run.staleness import changed_settings
+from narwhal_assets.host import program_stream
 from narwhal_assets.local.checkout import missing_run_problem
 from narwhal_assets.local.privatefiles import non_private
 from narwhal_assets.protocols.install import (
-    BOOTSTRAP,
+    INSTALLER,
     Gate,
     InstallFile,
     InstallReport,
-    install_stream,
     installer_script,
     installer_source,
     parse_install_report,
@@ -328,7 +328,7 @@ def call_installer(
     if log is not None:
         log.call(params["action"], installer_source(), params)
     asked = time.monotonic()
-    result = connection.run(BOOTSTRAP, stdin=install_stream(script, payloads))
+    result = connection.run_program(INSTALLER, program_stream(script, payloads))
     try:
         report = parse_install_report(result.stdout)
     except ReportError as exc:

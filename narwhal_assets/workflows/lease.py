@@ -26,9 +26,16 @@ from narwhal_assets.core.errors import LeaseError, LeaseReportError, NarwhalErro
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.core.prepared_run.manifest import REMOTE_BASE
+from narwhal_assets.host import program_stream
 from narwhal_assets.host.installer import boot_id, start_ticks
-from narwhal_assets.protocols.install import BOOTSTRAP, install_stream
-from narwhal_assets.protocols.lease import LeaseHolder, LeaseReport, LeaseState, lease_script, parse_lease_report
+from narwhal_assets.protocols.lease import (
+    LEASE_PROGRAM,
+    LeaseHolder,
+    LeaseReport,
+    LeaseState,
+    lease_script,
+    parse_lease_report,
+)
 from narwhal_assets.ssh.access import host_access
 from narwhal_assets.ssh.parallel import HOSTS_AT_ONCE, over_hosts
 from narwhal_assets.ssh.transport import Connector, HostConnection
@@ -200,7 +207,7 @@ class OperationLease:
 def call_lease(connection: HostConnection, action: str, lease: dict[str, Any]) -> LeaseReport:
     """One run of the lease program on the host."""
     script = lease_script({"remote_base": REMOTE_BASE, "action": action, "lease": lease})
-    result = connection.run(BOOTSTRAP, stdin=install_stream(script))
+    result = connection.run_program(LEASE_PROGRAM, program_stream(script))
     try:
         return parse_lease_report(result.stdout)
     except LeaseReportError as exc:

@@ -11,8 +11,8 @@ from narwhal_assets.core.errors import HostKeyError, NarwhalError
 from narwhal_assets.core.inputs.inventory import HostEntry, Inventory
 from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.core.launch.policy import parse_interface, resolve_engine_field
-from narwhal_assets.host import STDIN_PROGRAM
-from narwhal_assets.protocols.drift import drift_script, parse_drift_output
+from narwhal_assets.host import program_stream
+from narwhal_assets.protocols.drift import DRIFT_PROGRAM, drift_script, parse_drift_output
 from narwhal_assets.ssh.access import host_accesses
 from narwhal_assets.ssh.transport import Connector, HostConnection
 from narwhal_assets.workflows.discover import DiscoveryRun
@@ -37,7 +37,8 @@ def check_drift(settings: Settings, inventory: Inventory, run: DiscoveryRun, con
 
     def probe(connection: HostConnection) -> DriftSnapshot:
         observation = run.observations[connection.host_id]
-        result = connection.run(STDIN_PROGRAM, stdin=drift_script(observation).encode(), timeout=DRIFT_TIMEOUT_S)
+        stream = program_stream(drift_script(observation))
+        result = connection.run_program(DRIFT_PROGRAM, stream, timeout=DRIFT_TIMEOUT_S)
         return parse_drift_output(connection.host_id, connection.fingerprint, result.text(),
                                   fabric[connection.host_id], observation)  # fmt: skip
 

@@ -27,9 +27,8 @@ from helpers.fleet_checkout import make_checkout
 
 from narwhal_assets.core.errors import SshFailure
 from narwhal_assets.core.inputs.settings import Settings
-from narwhal_assets.host import STDIN_PROGRAM
+from narwhal_assets.host import program_stream
 from narwhal_assets.local.checkout import Checkout
-from narwhal_assets.protocols.install import BOOTSTRAP
 from narwhal_assets.ssh.access import host_accesses, make_connector
 from narwhal_assets.ssh.transport import DEFAULT_OUTPUT_LIMIT, HostConnection
 from narwhal_assets.ssh.trust import TrustMode
@@ -95,12 +94,10 @@ def test_modules_in_the_host_account_home_cannot_shadow_what_our_programs_import
             shadow.write_text("raise SystemExit('a module of the home directory ran')\n")
         discover(checkout, capsys)
         with connected(checkout, "node-1") as connection:
-            framed = f"{len(stdlib_json)}\n{stdlib_json}"
-            for command, stdin in ((STDIN_PROGRAM, stdlib_json), (BOOTSTRAP, framed)):
-                result = connection.run(command, stdin=stdin.encode())
-                assert result.rc == 0, (command, result.stderr)
-                assert result.text().endswith("/json/__init__.py"), (command, result.text())
-                assert not result.text().startswith(fleet.host("h1").remote_home), (command, result.text())
+            result = connection.run_program("json-check", program_stream(stdlib_json))
+            assert result.rc == 0, result.stderr
+            assert result.text().endswith("/json/__init__.py"), result.text()
+            assert not result.text().startswith(fleet.host("h1").remote_home), result.text()
     finally:
         for shadow in shadows:
             shadow.unlink(missing_ok=True)
@@ -199,7 +196,7 @@ def test_discovery_with_a_cut_link_and_a_killed_sshd_fails_only_those_hosts(
         for name in ("h2", "h3"):
             started_marker(fleet, name).unlink(missing_ok=True)
     assert f"host node-2 ({fleet.host('h2').address}:22): {KEEPALIVE_LOST}" in err
-    assert "host node-3" in err and f"connection closed by the host before command `{STDIN_PROGRAM}` finished" in err
+    assert "host node-3" in err and "connection closed by the host before host program `probe.py` finished" in err
     assert "node-1" not in err and "Traceback" not in err
     assert run is not None and read_json(run / "node-1.json")["gpus"], "the healthy host's results were kept"
     assert snapshot(checkout / "config") == before
@@ -227,7 +224,7 @@ def test_fifty_megabytes_from_nvidia_smi_fail_that_host_at_the_output_limit(
     with host_tool(fleet, "h2", "nvidia-smi", flood):
         err, _ = failing_discover(checkout, capsys, rc=1)
         assert not gone(fleet, "h2", "GPU-00000000", GUARD)
-    assert f"host node-2 ({fleet.host('h2').address}:22): command `{STDIN_PROGRAM}` printed more than " in err
+    assert f"host node-2 ({fleet.host('h2').address}:22): host program `probe.py` printed more than " in err
     assert "(output limit)" in err and "node-1" not in err and "node-3" not in err
     assert snapshot(checkout / "config") == before
 

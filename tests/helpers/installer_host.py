@@ -1,5 +1,5 @@
-"""The host-side installer run locally as a host would run it: `BOOTSTRAP` on stdin, its own HOME, real git
-and real files. Shared by the installer's unit tests."""
+"""The host-side installer run locally as a host would run it: the guard with the framed program on stdin
+(`helpers.host_program`), its own HOME, real git and real files. Shared by the installer's unit tests."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from helpers.host_program import run_host_program
+from narwhal_assets.host import program_stream
 from narwhal_assets.host.installer import CURRENT, FILE_SET, MARKER, VENV
 from narwhal_assets.protocols.install import (
-    BOOTSTRAP,
     DeploymentEntry,
     InstallReport,
-    install_stream,
     installer_script,
     parse_install_report,
 )
@@ -81,9 +81,8 @@ class Host:
             if limit_file_size is not None:  # writes past it fail with EFBIG, as a full disk fails with ENOSPC
                 resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
 
-        done = subprocess.run(["sh", "-c", BOOTSTRAP], input=install_stream(installer_script(params), [payload]),
-                              capture_output=True, env=env, timeout=QUICK_S * 4, check=False,
-                              preexec_fn=limits)  # fmt: skip
+        done = run_host_program(program_stream(installer_script(params), [payload]), env, QUICK_S * 4,
+                                preexec_fn=limits)  # fmt: skip
         assert done.returncode == 0, done.stderr
         return parse_install_report(done.stdout)
 

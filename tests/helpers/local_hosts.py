@@ -7,12 +7,12 @@ contacted."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers.host_program import run_host_program
 from helpers.installer_host import make_source
 from narwhal_assets.core.inputs.inventory import HostEntry
 from narwhal_assets.core.inputs.settings import Settings
@@ -40,12 +40,11 @@ class LocalConnection:
     connector: LocalConnector
     transport: _Transport = field(default_factory=_Transport)
 
-    def run(self, command: str, stdin: bytes | None = None, timeout: float | None = None) -> CommandResult:
+    def run_program(self, name: str, stream: bytes, timeout: float | None = None) -> CommandResult:
         began = time.monotonic()
         env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
-        done = subprocess.run(["/bin/sh", "-c", command], input=stdin or b"", capture_output=True, env=env,
-                              timeout=timeout or 120, check=False)  # fmt: skip
-        return CommandResult(command, done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+        done = run_host_program(stream, env, timeout or 120)
+        return CommandResult(name, done.returncode, done.stdout, done.stderr, time.monotonic() - began)
 
     def close(self) -> None:
         if self.transport.active:

@@ -1,6 +1,7 @@
-"""The command guard run locally, as a host runs it (`python3 -c <source> LIMIT /bin/sh -c COMMAND`): the
-command's status passes through, and its whole process group dies when it exits, when its time is up or
-when the reader of its stdout goes away (tests/fleet/test_faults.py checks the same through real sshd)."""
+"""The command guard run locally, as a host runs it (`python3 -c <source> LIMIT /bin/sh -c COMMAND`, or `LIMIT -`
+with a framed program on stdin): the command's status passes through, and its whole process group dies when it
+exits, when its time is up or when the reader of its stdout goes away (tests/fleet/test_faults.py checks the
+same through real sshd). A program runs in the guard's forked child as a fresh `python3 -I -S` would run it."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ import subprocess
 import time
 from pathlib import Path
 
-from narwhal_assets.ssh.transport import guard_source
+from narwhal_assets.host import program_stream
+from narwhal_assets.ssh.transport import guard_argv, guard_source
 
 
 def guard(limit: float, command: str, **kwargs: object) -> subprocess.Popen[bytes]:
     argv = ["python3", "-c", guard_source(), str(limit), "/bin/sh", "-c", command]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)  # type: ignore[call-overload]
+
+
+def program(limit: float, script: str, payload: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """The guard in `-` mode, exactly as the transport starts it, with the framed `script` and `payload` sent."""
+    stream = program_stream(script, [payload])
+    return subprocess.run(guard_argv(limit, None), input=stream, capture_output=True, timeout=30, check=False)
 
 
 def processes(marker: str) -> list[str]:
@@ -82,4 +90,40 @@ def test_a_terminated_guard_takes_its_group_along() -> None:
         time.sleep(0.05)
     proc.terminate()
     assert proc.wait(timeout=30) == 128 + 15
+    assert none_left(sleep)
+
+
+FRESH = """import os, signal, sys
+print(sys.argv, __name__, sys.flags.isolated, sys.flags.no_site, os.getpgid(0) == os.getpid())
+signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)
+print([str(signal.getsignal(s)) for s in signals])
+print(signal.set_wakeup_fd(-1), sys.stdin.buffer.read())
+"""
+
+
+def test_a_program_runs_as_a_fresh_isolated_interpreter_would_and_reads_the_rest_of_stdin() -> None:
+    done = program(30, FRESH, b"the input")
+    fresh = subprocess.run(["python3", "-I", "-S", "-c", FRESH], input=b"the input", capture_output=True, timeout=30)
+    lines, expected = done.stdout.decode().splitlines(), fresh.stdout.decode().splitlines()
+    assert done.stderr == b"" and lines[0] == "['-c'] __main__ 1 1 True" and expected[0].endswith("False")
+    assert lines[1:] == expected[1:], "signal dispositions, wake-up fd and stdin differ from a fresh interpreter"
+
+
+def test_a_program_s_exit_status_and_threads_end_as_in_a_fresh_interpreter() -> None:
+    script = "import sys, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), print('joined'))).start()"
+    script += "\n"
+    for ending, status, err in (("sys.exit(3)", 3, b""), ("sys.exit('no such thing')", 1, b"no such thing\n"),
+                                ("raise ValueError('boom')", 1, b"ValueError: boom\n")):  # fmt: skip
+        done = program(30, script + ending)
+        assert (done.returncode, done.stdout) == (status, b"joined\n") and done.stderr.endswith(err), ending
+
+
+def test_a_program_s_background_processes_die_with_it_and_the_limit_stops_it() -> None:
+    sleep = marker_sleep()
+    started = f"import subprocess\nsubprocess.Popen({sleep.split()!r})\nprint('started')\n"
+    done = program(30, started)
+    assert (done.returncode, done.stdout) == (0, b"started\n")
+    assert none_left(sleep)
+    done = program(1, f"import subprocess\nsubprocess.run({sleep.split()!r})\n")
+    assert done.returncode == 124 and b"did not finish within 1 s" in done.stderr
     assert none_left(sleep)

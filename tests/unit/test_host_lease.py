@@ -7,15 +7,15 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers.host_program import run_host_program
 from helpers.installer_host import HOLDER, Host, installed_home, lease, make_source
 
-from narwhal_assets.protocols.install import BOOTSTRAP, install_stream
+from narwhal_assets.host import program_stream
 from narwhal_assets.protocols.lease import LeaseReport, lease_script, parse_lease_report
 
 BASE = "Narwhal-deploy"
@@ -25,8 +25,7 @@ def call(home: Path, action: str, token: str = "", **params: object) -> LeaseRep
     spec = {"token": token, "holder": params.pop("holder", HOLDER), "lease_s": params.pop("lease_s", 30.0), **params}
     script = lease_script({"remote_base": BASE, "action": action, "lease": spec})
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
-    done = subprocess.run(["/bin/sh", "-c", BOOTSTRAP], input=install_stream(script), env=env, capture_output=True,
-                          timeout=30, check=False)  # fmt: skip
+    done = run_host_program(program_stream(script), env, 30)
     assert done.returncode == 0, done.stderr
     return parse_lease_report(done.stdout)
 

@@ -1,4 +1,4 @@
-"""The host-side installer run locally as a host would run it: `BOOTSTRAP` fed on stdin, with its
+"""The host-side installer run locally as a host would run it: the guard and the framed program on stdin, with its
 own HOME, real git and real files. Gates, the lock and the reuse path, without SSH (the fleet tests add it)."""
 
 from __future__ import annotations

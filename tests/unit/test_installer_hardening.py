@@ -1,5 +1,5 @@
 """What the host installer trusts, never follows and never runs (docs/install.md), tested by running the real
-installer locally as a host would (`BOOTSTRAP` under `python3 -I -S`, its own HOME, real git, real files):
+installer locally as a host would (the guard running the framed program, its own HOME, real git, real files):
 half-made virtualenvs, racing lock takeovers, lock code killed at each step, symlinks and FIFOs where the
 installer reads or writes, hostile git configuration, a full disk and a hanging command; plus the workstation
 rules beside it (gates, escaping, private prepared runs, drift while an install runs)."""
@@ -22,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from helpers.host_program import run_host_program
 from helpers.installer_host import DEPLOYMENT, QUICK_S, REMOTE_DIR, Host, installed_home
 
 from narwhal_assets.core import display
@@ -32,13 +33,11 @@ from narwhal_assets.core.inputs.settings import Settings
 from narwhal_assets.defs.installation.status import record_statuses
 from narwhal_assets.defs.keys import INSTALLATION
 from narwhal_assets.defs.partitions import HOSTS_PARTITIONS_NAME
-from narwhal_assets.host import installer
+from narwhal_assets.host import installer, program_stream
 from narwhal_assets.local.privatefiles import non_private
 from narwhal_assets.protocols.install import (
-    BOOTSTRAP,
     DeploymentEntry,
     Gate,
-    install_stream,
     installer_script,
     installer_source,
     parse_install_report,
@@ -256,8 +255,8 @@ def raw_call(host: Host, action: str, **extra: object) -> dict[str, Any]:
     """One installer run like `Host.call` (no file sent), as the raw report: with what the models drop."""
     script = installer_script({**host.params, "action": action, "send": [], **extra})
     env = {"HOME": str(host.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
-    done = subprocess.run(["sh", "-c", BOOTSTRAP], input=install_stream(script, [b""]), capture_output=True,
-                          env=env, timeout=QUICK_S * 4, check=True)  # fmt: skip
+    done = run_host_program(program_stream(script, [b""]), env, QUICK_S * 4)
+    assert done.returncode == 0, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
     return report
 

@@ -1,4 +1,4 @@
-"""The probe, run exactly as over SSH (`STDIN_PROGRAM`, source on stdin) against fake tools and a real tree.
+"""The probe, run exactly as over SSH (the guard, the framed script on stdin) against fake tools and a real tree.
 
 The tree digest is checked against the documented shell pipeline run by bash; the hashing functions are
 also exercised in-process, where a file can be changed mid-read and hash calls can be counted.
@@ -10,7 +10,6 @@ import ast
 import hashlib
 import json
 import os
-import shlex
 import socket
 import subprocess
 import sys
@@ -19,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.host_program import run_host_program
 from helpers.readme import tree_digest_command
 
 from narwhal_assets.core.discovery.digests import model_tree_digest, tree_digest
 from narwhal_assets.core.discovery.observations import CheckpointFile
 from narwhal_assets.core.errors import InputError, ProbeOutputError
-from narwhal_assets.host import STDIN_PROGRAM
 from narwhal_assets.host import probe as probe_module
+from narwhal_assets.host import program_stream
 from narwhal_assets.protocols.probe import previous_hashes, probe_params, probe_script, probe_source
 from narwhal_assets.protocols.probe_report import parse_probe_output
 
@@ -115,15 +115,12 @@ def model_dir(tmp_path: Path) -> Path:
 
 
 def run_probe(params: dict[str, Any], bin_dir: Path) -> dict[str, Any]:
-    """Exactly what the transport does: `STDIN_PROGRAM` with the script on stdin; stdout must be one JSON text."""
+    """Exactly what the transport does: the guard with the framed script on stdin; stdout must be one JSON text."""
     env = {"PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-    proc = subprocess.run(
-        shlex.split(STDIN_PROGRAM), input=probe_script(params), capture_output=True, text=True, env=env, timeout=120,
-        check=False,
-    )
+    proc = run_host_program(program_stream(probe_script(params)), env, 120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""
-    assert proc.stdout.count("\n") == 1
+    assert proc.stderr == b""
+    assert proc.stdout.count(b"\n") == 1
     return json.loads(proc.stdout)
 
 
