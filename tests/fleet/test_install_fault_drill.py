@@ -172,7 +172,7 @@ def test_an_install_through_a_killed_host_a_full_disk_a_cut_link_and_a_sigkill_e
             assert none_left(partial(user_processes, fleet, name)) == [], f"{name} still runs what the drill started"
 
         # each fault was met where it was placed, and stopped its host without a marker
-        assert "connection closed by the host before command" in host_log(run, KILLED)
+        assert "connection closed by the host before host program `installer.py` finished" in host_log(run, KILLED)
         assert "No space left on device" in host_log(run, FULL) and filler.stat().st_size > 0
         assert {name: (d / "installed").exists() for name, d in dirs.items()} == {n: n == STAGED for n in HOSTS}
         assert (dirs[STAGED] / "installed").read_text() == manifest.revision + "\n"

@@ -6,9 +6,13 @@ same through real sshd). A program runs in the guard's forked child as a fresh `
 from __future__ import annotations
 
 import secrets
+import shlex
+import signal
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from narwhal_assets.host import program_stream
 from narwhal_assets.ssh.transport import guard_argv, guard_source
@@ -94,19 +98,33 @@ def test_a_terminated_guard_takes_its_group_along() -> None:
 
 
 FRESH = """import os, signal, sys
-print(sys.argv, __name__, sys.flags.isolated, sys.flags.no_site, os.getpgid(0) == os.getpid())
+print(sys.argv, __name__, sys.flags.isolated, sys.flags.no_site)
 signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)
 print([str(signal.getsignal(s)) for s in signals])
 print(signal.set_wakeup_fd(-1), sys.stdin.buffer.read())
+print("leads its group", os.getpgid(0) == os.getpid())
 """
 
 
-def test_a_program_runs_as_a_fresh_isolated_interpreter_would_and_reads_the_rest_of_stdin() -> None:
-    done = program(30, FRESH, b"the input")
-    fresh = subprocess.run(["python3", "-I", "-S", "-c", FRESH], input=b"the input", capture_output=True, timeout=30)
-    lines, expected = done.stdout.decode().splitlines(), fresh.stdout.decode().splitlines()
-    assert done.stderr == b"" and lines[0] == "['-c'] __main__ 1 1 True" and expected[0].endswith("False")
-    assert lines[1:] == expected[1:], "signal dispositions, wake-up fd and stdin differ from a fresh interpreter"
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN], ids=["signals default", "signals ignored"])
+def test_a_program_runs_as_a_fresh_isolated_interpreter_would_and_reads_the_rest_of_stdin(
+    inherited: signal.Handlers,
+) -> None:
+    """The reference is what hosts ran before: the guard starting `python3 -I -S` through the shell. Whatever
+    the guard inherited (sshd gives defaults; a shell's `cmd &` or nohup ignores SIGINT or SIGHUP), both see
+    the same dispositions: the guard's own handlers are reset in its child, as exec resets them."""
+
+    def inheriting() -> None:
+        for number in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(number, inherited)
+
+    stream = program_stream(FRESH, [b"the input"])
+    fresh = " ".join(["python3", "-I", "-S", "-c", shlex.quote(FRESH)])
+    runs = [subprocess.run(guard_argv(30, command), input=stream if command is None else b"the input",
+                           capture_output=True, timeout=30, preexec_fn=inheriting) for command in (None, fresh)]
+    lines, expected = (run.stdout.decode().splitlines() for run in runs)
+    assert runs[0].stderr == b"" and lines[0] == "['-c'] __main__ 1 1" and lines[-1] == "leads its group True"
+    assert lines[:-1] == expected[:-1], "signal dispositions, wake-up fd or stdin differ from a fresh interpreter's"
 
 
 def test_a_program_s_exit_status_and_threads_end_as_in_a_fresh_interpreter() -> None:
