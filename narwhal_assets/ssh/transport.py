@@ -88,7 +88,6 @@ class HostAccess:
 
 @dataclass(frozen=True)
 class CommandResult:
-    command: str
     rc: int
     stdout: bytes
     stderr: bytes
@@ -274,7 +273,7 @@ class HostConnection:
             )
         if outcome.ended == "closed":
             raise self._failure(self._lost() or f"connection closed by the host before {label} finished")
-        return CommandResult(label, rc, outcome.stdout, outcome.stderr, time.monotonic() - started)
+        return CommandResult(rc, outcome.stdout, outcome.stderr, time.monotonic() - started)
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o600) -> None:
         """Write `data` to `remote_path` (created with `mode` before any byte is written)."""

@@ -44,7 +44,7 @@ class LocalConnection:
         began = time.monotonic()
         env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
         done = run_host_program(stream, env, timeout or 120)
-        return CommandResult(name, done.returncode, done.stdout, done.stderr, time.monotonic() - began)
+        return CommandResult(done.returncode, done.stdout, done.stderr, time.monotonic() - began)
 
     def close(self) -> None:
         if self.transport.active:

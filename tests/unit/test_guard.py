@@ -5,6 +5,7 @@ same through real sshd). A program runs in the guard's forked child as a fresh `
 
 from __future__ import annotations
 
+import os
 import secrets
 import shlex
 import signal
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.host_program import run_host_program
 
 from narwhal_assets.host import program_stream
 from narwhal_assets.ssh.transport import guard_argv, guard_source
@@ -25,8 +27,7 @@ def guard(limit: float, command: str, **kwargs: object) -> subprocess.Popen[byte
 
 def program(limit: float, script: str, payload: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     """The guard in `-` mode, exactly as the transport starts it, with the framed `script` and `payload` sent."""
-    stream = program_stream(script, [payload])
-    return subprocess.run(guard_argv(limit, None), input=stream, capture_output=True, timeout=30, check=False)
+    return run_host_program(program_stream(script, [payload]), os.environ, limit)
 
 
 def processes(marker: str) -> list[str]:
