@@ -31,12 +31,13 @@ new symlink, only under the deployment's lock, after its marker is there and eve
 (`inspect`, `install`) already requires `current` to be absent or a symlink to a deployment directory here,
 so an activation that would fail on it fails while no host has moved.
 
-The lease (`host/lease.py`, whose source follows this one on the host): `install`, `activate` and `prune`
-need the operation's lease on this host (`lease.mode`: `acquire` takes it, `hold` requires it still ours),
-and the completion marker, the `current` switch and a prune's rename each happen under the lease guard after
-checking that the lease still names the operation's token (fencing: an operation paused past its lease and
-taken over changes nothing more here). `lease.release` (`after`, or `when_current`: only when `inspect`
-found this deployment complete and already current) releases it when the action ends.
+The lease (`host/lease.py`, whose source follows this one on the host when the action is given a lease):
+`install`, `activate` and `prune` need the operation's lease on this host (`lease.mode`: `acquire` takes it,
+`hold` requires it still ours), and the completion marker, the `current` switch and a prune's rename each
+happen under the lease guard after checking that the lease still names the operation's token (fencing: an
+operation paused past its lease and taken over changes nothing more here). `lease.release` (`after`, or
+`when_current`: only when `inspect` found this deployment complete and already current) releases it when
+the action ends.
 
 A file already in place with other content, a symlink or a non-regular file stops the host at the gate
 that found it and is left as it was.
@@ -69,7 +70,6 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -80,7 +80,8 @@ TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing` on th
 if TYPE_CHECKING:  # annotations only: hosts may run Python 3.8
     from typing import Any
 
-# In the package the lease is its own module; on a host its source follows this one in the same program.
+# In the package the lease is its own module; on a host its source follows this one in the same program,
+# for an action given a lease (the only ones that reach these names: `take_lease` refuses without one).
 with contextlib.suppress(ImportError):
     from narwhal_assets.host.lease import HostLease, LeaseRefused, flock_within
 
@@ -346,7 +347,7 @@ class Installer:
         """HEAD is the revision, the index is the revision's tree with no flag that hides a change, and every
         tracked file's content (hashed here, not by git's stat cache) is the revision's blob."""
         _real_dir(self.path(CHECKOUT), CHECKOUT, "checkout")
-        head = self.git("rev-parse", "--verify", "HEAD").strip()
+        head = self.head()
         if head != self.revision:
             raise GateFailure("checkout", f"{CHECKOUT}: HEAD is {head[:80]}, not the approved revision")
         listing = self.git("ls-tree", "-r", "-z", "--full-tree", self.revision)
@@ -361,9 +362,26 @@ class Installer:
         if len(index) != len(tree):
             raise GateFailure("checkout", DIFFER)
         checkout = self.path(CHECKOUT)
+        checked = set()  # each directory is checked once, not once per file in it
         for path, (mode, oid) in sorted(tree.items()):
+            parent = os.path.dirname(path)
+            if parent not in checked:
+                _real_dirs(checkout, os.path.join(checkout, parent), "checkout", CHECKOUT)
+                checked.add(parent)
             if mode != "160000" and _blob_id(checkout, path, mode, len(oid)) != oid:
                 raise GateFailure("checkout", DIFFER)
+
+    def head(self) -> str:
+        """The commit HEAD names: `.git/HEAD` itself when it holds the revision (a detached HEAD, as `clone`
+        leaves it: one git process fewer per verification), else what `git rev-parse` resolves (a branch, a
+        linked worktree's `.git` file, another commit), which then names it in the gate's message."""
+        git_dir = self.path(CHECKOUT, ".git")
+        if _is_real_dir(git_dir):
+            with contextlib.suppress(GateFailure):  # not a regular file: git judges it
+                found = _read_small(os.path.join(git_dir, "HEAD"), "HEAD", "checkout", MARKER_LIMIT) or b""
+                if found.decode("ascii", "replace") == f"{self.revision}\n":
+                    return found.decode("ascii").strip()
+        return self.git("rev-parse", "--verify", "HEAD").strip()
 
     def environment(self) -> dict[str, str]:
         venv = self.path(CHECKOUT, VENV)
@@ -413,7 +431,7 @@ class Installer:
         problem = self.venv_problem()
         if problem is not None:
             if problem != "missing":
-                shutil.rmtree(os.path.join(checkout, VENV))
+                _rmtree(os.path.join(checkout, VENV))
             self.run([sys.executable, "-m", "venv", VENV], "venv", checkout)
             problem = self.venv_problem()
             if problem is not None:
@@ -612,7 +630,7 @@ class Installer:
         for temp in self.temps:
             with contextlib.suppress(OSError):
                 if stat.S_ISDIR(os.lstat(temp).st_mode):
-                    shutil.rmtree(temp, ignore_errors=True)
+                    _rmtree(temp, ignore_errors=True)
                 else:
                     os.unlink(temp)
         self.temps = []
@@ -745,7 +763,7 @@ class Installer:
         for name in names:
             pid = name.rsplit("-", 1)[-1]
             if pid.isdigit() and not start_ticks(int(pid)) and _is_real_dir(os.path.join(self.top, name)):
-                shutil.rmtree(os.path.join(self.top, name), ignore_errors=True)
+                _rmtree(os.path.join(self.top, name), ignore_errors=True)
                 count += 1
         return count
 
@@ -770,7 +788,7 @@ class Installer:
             one.lock_owner = None  # the lock went with the directory
         finally:
             one.unlock()
-        shutil.rmtree(gone)
+        _rmtree(gone)
         return None
 
 
@@ -805,6 +823,8 @@ def _show(argv: list[str]) -> str:
 
 
 def _printable_path(path: str) -> str:
+    if path.isascii() and path.isprintable():  # the common case, without a loop over its characters
+        return path[:200]
     return "".join(c if c.isprintable() and c.isascii() else "?" for c in path)[:200]
 
 
@@ -833,11 +853,11 @@ def _git_entries(text: str, tagged: bool) -> dict[str, list[str]]:
 
 
 def _blob_id(root: str, path: str, mode: str, hex_length: int) -> str:
-    """The git blob id of the working file `path` below `root` (a symlink's target for mode 120000), reached
-    without following a symlink; "" when it is missing or of another kind or executable bit than `mode`."""
+    """The git blob id of the working file `path` below `root` (a symlink's target for mode 120000), itself not
+    followed (the caller checked its directories); "" when it is missing or of another kind or executable bit
+    than `mode`."""
     where = os.path.join(root, path)
     try:
-        _real_dirs(root, os.path.dirname(where), "checkout", CHECKOUT)
         info = os.lstat(where)
     except (FileNotFoundError, NotADirectoryError):
         return ""
@@ -851,10 +871,8 @@ def _blob_id(root: str, path: str, mode: str, hex_length: int) -> str:
     if not stat.S_ISREG(info.st_mode) or bool(info.st_mode & 0o100) != (mode == "100755"):
         return ""
     fd, opened = _open_regular(where, f"{CHECKOUT}/{_printable_path(path)}", "checkout")
-    with os.fdopen(fd, "rb") as handle:
-        digest.update(b"blob %d\0" % opened.st_size)
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
+    digest.update(b"blob %d\0" % opened.st_size)
+    _feed(fd, opened.st_size, digest)
     return digest.hexdigest()
 
 
@@ -927,13 +945,32 @@ def _read_small(path: str, shown: str, gate: str, limit: int) -> bytes | None:
 def _sha256(path: str, shown: str, gate: str, size: int) -> str:
     """The SHA-256 of the regular file `path`; "" when its size is not `size` (nothing more is read)."""
     fd, info = _open_regular(path, shown, gate)
+    if info.st_size != size:
+        os.close(fd)
+        return ""
     digest = hashlib.sha256()
-    with os.fdopen(fd, "rb") as handle:
-        if info.st_size != size:
-            return ""
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
+    _feed(fd, size, digest)
     return digest.hexdigest()
+
+
+def _feed(fd: int, size: int, digest: Any) -> None:
+    """Hash the open file `fd` (`size` bytes by its `fstat`) to its end, then close it. Reads are sized to the
+    file, at most CHUNK: a 1 MiB read of a small file costs a fresh mapping and its page faults, which took
+    more of a host's CPU than hashing the few hundred files of a checkout."""
+    try:
+        block = min(CHUNK, size + 1)  # one read of the whole file, one more that finds its end
+        while data := os.read(fd, block):
+            digest.update(data)
+    finally:
+        os.close(fd)
+
+
+def _rmtree(path: str, ignore_errors: bool = False) -> None:
+    """`shutil.rmtree`, imported only when something is removed: `shutil` loads zlib, bz2 and lzma, about 4 ms
+    of a host's CPU on every call of this program, and most calls (`status`, a reuse) remove nothing."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=ignore_errors)
 
 
 def _write_new(path: str, data: bytes) -> None:
@@ -950,7 +987,8 @@ def _copy_new(source: str, target: str, shown: str) -> None:
     fd, _ = _open_regular(source, shown, "place file")
     out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "rb") as handle, os.fdopen(out, "wb") as copy:
-        shutil.copyfileobj(handle, copy, CHUNK)
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            copy.write(block)
         copy.flush()
         os.fsync(copy.fileno())
 

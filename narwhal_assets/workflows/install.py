@@ -37,8 +37,8 @@ from narwhal_assets.protocols.install import (
     Gate,
     InstallFile,
     InstallReport,
+    installer_program,
     installer_script,
-    installer_source,
     parse_install_report,
     terminal_safe,
 )
@@ -326,7 +326,7 @@ def call_installer(
     operation's lease is recorded in `lease`."""
     script = installer_script(params)
     if log is not None:
-        log.call(params["action"], installer_source(), params)
+        log.call(params["action"], installer_program(params), params)
     asked = time.monotonic()
     result = connection.run_program(INSTALLER, program_stream(script, payloads))
     try:

@@ -75,6 +75,10 @@ class Host:
         """One installer run; `stream` replaces the sent files' bytes, `limit_file_size` fills the disk early."""
         params = {**self.params, "action": action, **({"send": send} if send is not None else {}), **extra}
         payload = stream if stream is not None else b"".join(self.payloads[name] for name in send or [])
+        return self.run(params, payload, limit_file_size)
+
+    def run(self, params: dict[str, Any], payload: bytes = b"", limit_file_size: int | None = None) -> InstallReport:
+        """The installer with exactly `params`, as `protocols.install.installer_script` ships it for them."""
         env = {"HOME": str(self.home), "PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 
         def limits() -> None:
@@ -87,7 +91,8 @@ class Host:
         return parse_install_report(done.stdout)
 
     def status(self, **known: dict[str, Any]) -> dict[str, DeploymentEntry]:
-        report = self.call("status", remote_base="Narwhal-deploy", known=known)
+        """`status` with what `workflows.status` sends: no lease, so the program is the installer alone."""
+        report = self.run({"remote_base": "Narwhal-deploy", "action": "status", "known": known})
         assert report.outcome == "listed", report
         return {d.name: d for d in report.deployments}
 

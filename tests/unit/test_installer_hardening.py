@@ -510,6 +510,22 @@ def test_an_index_flag_that_hides_a_change_is_a_tamper(done: Host) -> None:
     assert done.status(**done.known())[DEPLOYMENT].check == "intact"
 
 
+def test_a_head_other_than_the_detached_revision_is_resolved_by_git(done: Host) -> None:
+    """`.git/HEAD` is read directly only when it holds the revision; a branch is resolved by git (at the revision
+    it is still intact) and another commit is named in the gate's message."""
+    git = ["git", "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C",
+           str(done.checkout)]  # fmt: skip
+    subprocess.run([*git, "checkout", "-q", "-b", "serving"], check=True)
+    assert (done.checkout / ".git" / "HEAD").read_text() == "ref: refs/heads/serving\n"
+    report = done.call("inspect")
+    assert report.outcome == "reused", report
+    assert report.steps[0].argv[-3:] == ["rev-parse", "--verify", "HEAD"]
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "local"], check=True)
+    moved = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    entry = done.status(**done.known())[DEPLOYMENT]
+    assert (entry.check, entry.problem) == ("tampered", f"checkout: HEAD is {moved}, not the approved revision")
+
+
 def test_git_on_the_host_runs_no_fsmonitor_and_no_hooks(host: Host) -> None:
     """Rule: git runs with no system or global config, no hooks, no fsmonitor: read-only `status` runs no
     program named in the checkout's .git/config, and clone runs no hook named in ~/.gitconfig."""

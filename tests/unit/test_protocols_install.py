@@ -7,7 +7,9 @@ import json
 import pytest
 
 from narwhal_assets.core.errors import ReportError
-from narwhal_assets.protocols.install import ENTRY_LIMIT, parse_install_report
+from narwhal_assets.host import program_source
+from narwhal_assets.protocols.install import ENTRY_LIMIT, INSTALLER, installer_script, parse_install_report
+from narwhal_assets.protocols.lease import lease_source
 from narwhal_assets.workflows.install import HostOutcome
 
 ID = "0123456789abcdef0123456789abcdef"
@@ -64,3 +66,13 @@ def test_the_installers_notes_reach_the_host_line_escaped() -> None:
                           notes=report.notes)  # fmt: skip
     assert outcome.describe().startswith("installed, activated (was none) (0 files, 0 bytes sent")
     assert outcome.describe().endswith("; .install-lock of pid 7 (gone) \\x1b[31m: taken over")
+
+
+def test_the_lease_source_travels_only_with_a_lease() -> None:
+    """A `status` (no lease) ships the installer alone; an action given a lease ships the lease's classes after it."""
+    leased = installer_script({"action": "inspect", "lease": {"mode": "acquire"}})
+    unleased = installer_script({"action": "status", "remote_base": "Narwhal-deploy", "known": {}})
+    assert lease_source().strip() in leased
+    assert "class HostLease" not in unleased
+    assert unleased.startswith(program_source(INSTALLER).rstrip())
+    assert len(leased) - len(unleased) >= len(lease_source()) - 100
