@@ -379,8 +379,9 @@ class Installer:
         if _is_real_dir(git_dir):
             with contextlib.suppress(GateFailure):  # not a regular file: git judges it
                 found = _read_small(os.path.join(git_dir, "HEAD"), "HEAD", "checkout", MARKER_LIMIT) or b""
-                if found.decode("ascii", "replace") == f"{self.revision}\n":
-                    return found.decode("ascii").strip()
+                text = found.decode("ascii", "replace")
+                if text == f"{self.revision}\n":
+                    return text.strip()
         return self.git("rev-parse", "--verify", "HEAD").strip()
 
     def environment(self) -> dict[str, str]:
