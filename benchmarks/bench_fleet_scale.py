@@ -10,7 +10,8 @@ peak SSH sessions, threads and file descriptors (sampled from /proc), and the by
 checkout's `runs/` and `config/` (split into host logs, Dagster's storage, and the rest). Per command it
 prints the fixed cost and the CPU per extra host (a least-squares line over the three sizes, and the slope
 of each interval: a superlinear command's slope grows), the exponent k of CPU = a + b N^k through the three
-points (n/a when an interval rises less than NOISE_CPU_S, which repeated runs differ by), the bytes
+points (n/a when an interval rises less than NOISE_CPU_S, which repeated runs differ by) and, with
+--repeat, the same exponent for each set of samples taken in turn (its spread is the machine's), the bytes
 written per host, and for install (first) and rollback the activation window (from the first to the last
 host whose `~/Narwhal-deploy/current` moved, read from the links' own mtimes); per generated artifact (the
 config set, the discovery run directory, the prepared run directory; per-host files grouped as one kind)
@@ -29,13 +30,16 @@ storage per host of each.
 Host-side work is kept small (the install command links the checkout into `.venv` with a `.pth` file and the
 check imports it; bench_install's settings), so the shared CPUs mostly measure the workstation; the hosts'
 own `python -m venv` (about 3 CPU-s per host and first install) and probes still run on them, which
-inflates wall time (not the cgroup's CPU, except through contention). Each measurement starts once the
-machine is quiet (process_meter.quiesce). Targets (printed, never asserted): every command linear
+inflates wall time (not the cgroup's CPU, except through contention). So the scale runs keep the hosts at
+the lowest CPU share (process_meter.lowest_cpu_share; `--hosts-share default` for the old way): the command
+runs whenever it can, as beside a real fleet whose hosts have CPUs of their own. Each measurement starts once
+the machine is quiet (process_meter.quiesce). Targets (printed, never asserted): every command linear
 (k <= 1.1), prepare <= 10 ms per extra host, install's peaks independent of N, a reuse <= 4 KB of log per
 host, every artifact's exponent <= 1.1 (the engine role files list every peer's address: ~2 for their sum).
 Needs root.
 
     .venv/bin/python benchmarks/bench_fleet_scale.py [--sizes 25,80,250] [--max-parallel N] [--repeat 1]
+        [--hosts-share lowest|default]
         [--rtt-hosts 2] [--latency-ms 100] [--rtt-repeat 2] [--ui-sizes 2,8] [--skip scale,rtt,ui]
         [--markdown FILE]
 """
@@ -43,6 +47,7 @@ Needs root.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
@@ -55,7 +60,7 @@ from pathlib import Path
 
 from bench_install import checkout
 from fleetsim import SimFleet
-from process_meter import Usage, quiesce, run_measured
+from process_meter import Usage, lowest_cpu_share, quiesce, run_measured
 from ui_backfill import Backfill, measure_backfill
 
 COMMANDS = ["discover", "check-access", "prepare", "install (first)", "install (reuse)", "status", "rollback"]
@@ -71,16 +76,20 @@ NORMALIZE = [
 
 @dataclass
 class Cell:
-    """One command at one size: the least CPU and wall of its samples, the peaks and bytes of the last."""
+    """One command at one size: the least CPU and wall of its samples, the peaks and bytes of the last, and
+    every sample's CPU in the order taken (the same order at every size, so the i-th samples of all sizes
+    give one exponent each: how far apart they are is how much the machine moved)."""
 
     usage: Usage
     written: dict[str, int]
     cpu: float = 0.0
     wall: float = 0.0
     window: float | None = None  # activation window: first to last host whose `current` moved (seconds)
+    samples: list[float] = field(default_factory=list)
 
     def merge(self, other: Cell) -> Cell:
         other.cpu, other.wall = min(self.cpu, other.cpu), min(self.wall, other.wall)
+        other.samples = [*self.samples, *other.samples]
         windows = [w for w in (self.window, other.window) if w is not None]
         other.window = max(windows) if windows else None
         return other
@@ -115,7 +124,7 @@ class Deployer:
         print(f"    {argv[0]:<13} {usage.wall:7.2f} s wall {usage.cpu:7.2f} cpu s  {usage.peak_pss >> 20:5d} MB "
               f"{usage.peak_sessions:4d} sessions {usage.peak_threads:4d} threads {usage.peak_fds:4d} fds "
               f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)  # fmt: skip
-        return Cell(usage, written, usage.cpu, usage.wall)
+        return Cell(usage, written, usage.cpu, usage.wall, samples=[usage.cpu])
 
     def prepare(self, name: str) -> tuple[Path, Cell]:
         out = self.root / "runs" / "deployment-env" / name
@@ -202,7 +211,9 @@ def activated(cell: Cell, homes: list[Path]) -> Cell:
     return cell
 
 
-def run_scale(sizes: list[int], max_parallel: int | None, repeat: int, workdir: Path) -> tuple[dict[int, Scale], str]:
+def run_scale(
+    sizes: list[int], max_parallel: int | None, repeat: int, workdir: Path, hosts_share: str
+) -> tuple[dict[int, Scale], str]:
     largest = max(sizes)
     memory_before = _mem_available()
     with SimFleet(workdir / "fleet", capacity=largest) as fleet:
@@ -211,20 +222,32 @@ def run_scale(sizes: list[int], max_parallel: int | None, repeat: int, workdir: 
         fleet.start()
         fleet_line = (f"{largest}-host fleet started in {fleet.last_start_seconds:.1f} s, "
                       f"{(memory_before - _mem_available()) / largest / 1024:.1f} MiB of memory per host")  # fmt: skip
-        print(fleet_line, file=sys.stderr, flush=True)
         fleet.write_model("bench", {"weights.bin": b"\0" * 4096}, {"model_type": "llama"})
-        scales: dict[int, Scale] = {}
-        for round_ in range(repeat):
-            for size in sizes:
-                print(f"  round {round_ + 1}, {size} hosts:", file=sys.stderr, flush=True)
-                root = checkout(workdir, fleet, size, name=f"fleet-{size}-{round_}", discover=False)
-                homes = [fleet.host(f"h{n}").home for n in range(1, size + 1)]
-                found = measure_size(Deployer(root, max_parallel), homes)
-                if size in scales:
-                    for name, cell in found.cells.items():
-                        found.cells[name] = scales[size].cells[name].merge(cell)
-                scales[size] = found
-    return scales, fleet_line
+        listeners = [int((host.hostdir / "sshd.pid").read_text()) for host in fleet.hosts.values()]
+        with contextlib.ExitStack() as stack:
+            share = "the default CPU share"
+            if hosts_share == "lowest":
+                share = stack.enter_context(lowest_cpu_share(listeners))
+            fleet_line += f"; the hosts at {share}"
+            print(fleet_line, file=sys.stderr, flush=True)
+            return _scale_rounds(sizes, max_parallel, repeat, workdir, fleet), fleet_line
+
+
+def _scale_rounds(
+    sizes: list[int], max_parallel: int | None, repeat: int, workdir: Path, fleet: SimFleet
+) -> dict[int, Scale]:
+    scales: dict[int, Scale] = {}
+    for round_ in range(repeat):
+        for size in sizes:
+            print(f"  round {round_ + 1}, {size} hosts:", file=sys.stderr, flush=True)
+            root = checkout(workdir, fleet, size, name=f"fleet-{size}-{round_}", discover=False)
+            homes = [fleet.host(f"h{n}").home for n in range(1, size + 1)]
+            found = measure_size(Deployer(root, max_parallel), homes)
+            if size in scales:
+                for name, cell in found.cells.items():
+                    found.cells[name] = scales[size].cells[name].merge(cell)
+            scales[size] = found
+    return scales
 
 
 def _mem_available() -> int:
@@ -338,10 +361,10 @@ def scale_tables(scales: dict[int, Scale]) -> str:
         f"Workstation cost per command at {', '.join(map(str, sizes))} hosts (CPU: the command and all its "
         "descendants; peaks: its process tree, sampled; bytes: what it added under runs/ and config/).",
         "",
-        "| command | CPU fixed s | CPU s/host (fit) | CPU s/host per interval | exponent k | CPU s | wall s "
-        "| peak MB (PSS) | peak sessions | peak threads | peak fds | bytes/host (logs + dagster + other) "
+        "| command | CPU fixed s | CPU s/host (fit) | CPU s/host per interval | exponent k | k per sample | CPU s "
+        "| wall s | peak MB (PSS) | peak sessions | peak threads | peak fds | bytes/host (logs + dagster + other) "
         "| activation window s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in COMMANDS:
         cells = [scales[size].cells[name] for size in sizes]
@@ -350,11 +373,14 @@ def scale_tables(scales: dict[int, Scale]) -> str:
         steps = range(len(sizes) - 1)
         intervals = " / ".join(f"{(cpu[i + 1] - cpu[i]) / (sizes[i + 1] - sizes[i]) * 1000:.1f}" for i in steps)
         k = power_exponent(sizes, cpu) if len(sizes) >= 3 else None
+        sets = zip(*(c.samples for c in cells), strict=False) if len(sizes) >= 3 else ()
+        by_sample = [power_exponent(sizes, list(taken)) for taken in sets]
         per_host = {kind: (cells[-1].written[kind] - cells[0].written[kind]) / (sizes[-1] - sizes[0])
                     for kind in ("logs", "dagster", "other")}  # fmt: skip
         total = sum(per_host.values())
         lines.append(
             f"| {name} | {fixed:.2f} | {slope * 1000:.1f} ms | {intervals} ms | {_num(k)} "
+            f"| {' / '.join(_num(r) for r in by_sample)} "
             f"| {' / '.join(f'{c:.2f}' for c in cpu)} | {' / '.join(f'{c.wall:.1f}' for c in cells)} "
             f"| {' / '.join(str(c.usage.peak_pss >> 20) for c in cells)} "
             f"| {' / '.join(str(c.usage.peak_sessions) for c in cells)} "
@@ -437,6 +463,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=_sizes, default=[25, 80, 250])
     parser.add_argument("--max-parallel", type=int, default=None, help="passed to install/rollback (default: theirs)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the scale runs; each cell keeps its least CPU")
+    parser.add_argument("--hosts-share", choices=["lowest", "default"], default="lowest",
+                        help="the simulated hosts' CPU share in the scale runs (default: lowest, see the docstring)")
     parser.add_argument("--rtt-hosts", type=int, default=2)
     parser.add_argument("--latency-ms", type=float, default=100.0)
     parser.add_argument("--rtt-repeat", type=int, default=2)
@@ -450,7 +478,7 @@ def main() -> None:
         workdir = Path(tmp)
         workdir.chmod(0o711)
         if "scale" not in args.skip:
-            scales, fleet_line = run_scale(args.sizes, args.max_parallel, args.repeat, workdir)
+            scales, fleet_line = run_scale(args.sizes, args.max_parallel, args.repeat, workdir, args.hosts_share)
             sections += [fleet_line, scale_tables(scales)]
         if "rtt" not in args.skip:
             walls = run_rtt(args.rtt_hosts, args.latency_ms, args.rtt_repeat, args.max_parallel, workdir)

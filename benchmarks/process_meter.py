@@ -8,7 +8,8 @@ connections in state ESTABLISHED to port 22 whose socket one of them holds). Pea
 (every `interval` seconds, so a spike shorter than that can be missed); `max_rss` is the kernel's own peak
 of the largest single process (wait4). Needs root (cgroups, other users' /proc entries).
 
-Also here: `quiesce`, which waits until the machine's CPUs are idle again before a measurement.
+Also here: `quiesce`, which waits until the machine's CPUs are idle again before a measurement, and
+`lowest_cpu_share`, which puts the simulated hosts behind the workstation on the shared CPUs.
 """
 
 from __future__ import annotations
@@ -99,6 +100,53 @@ class Cgroup:
     def remove(self) -> None:
         with contextlib.suppress(OSError):
             self.path.rmdir()
+
+
+@contextlib.contextmanager
+def lowest_cpu_share(pids: Sequence[int]) -> Iterator[str]:
+    """`pids` and everything they fork at the scheduler's lowest CPU share while the body runs; yields what
+    was applied, for the report.
+
+    A real fleet's hosts run on their own CPUs; simulated ones share the workstation's, so their probes and
+    sessions stretch every command's wall, and a command's CPU grows with its wall (an open connection
+    costs CPU while it waits). At the lowest share the workstation's command runs whenever it can, the
+    closest this machine comes to hosts of their own. cgroup v1's `cpu` hierarchy (`cpu.shares` 2), or
+    v2's `cpu.weight` 1 where its cpu controller can be enabled (there a process has one group: this takes
+    the hosts out of any v2 group that counts them); neither, and the hosts keep the default.
+    """
+    v1, v2 = Path("/sys/fs/cgroup/cpu"), _cgroup2_root()
+    if (v1 / "cpu.shares").is_file():
+        group, setting = v1 / f"narwhal-hosts-{os.getpid()}", ("cpu.shares", "2")
+    elif v2 is not None and "cpu" in (v2 / "cgroup.controllers").read_text().split():
+        with contextlib.suppress(OSError):
+            (v2 / "cgroup.subtree_control").write_text("+cpu\n")
+        group, setting = v2 / f"narwhal-hosts-{os.getpid()}", ("cpu.weight", "1")
+    else:
+        yield "the default CPU share (no cgroup cpu controller to lower it)"
+        return
+    try:
+        group.mkdir()
+        (group / setting[0]).write_text(f"{setting[1]}\n")
+        for pid in pids:
+            (group / "cgroup.procs").write_text(f"{pid}\n")
+    except OSError as exc:
+        _dissolve(group)
+        yield f"the default CPU share (could not lower it: {exc.strerror})"
+        return
+    try:
+        yield f"the lowest CPU share ({setting[0]} {setting[1]})"
+    finally:
+        _dissolve(group)
+
+
+def _dissolve(group: Path) -> None:
+    """Every process still in `group` back to its parent group, then the group removed."""
+    with contextlib.suppress(OSError):
+        for line in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):  # gone meanwhile
+                (group.parent / "cgroup.procs").write_text(f"{line}\n")
+    with contextlib.suppress(OSError):
+        group.rmdir()
 
 
 def _cgroup2_root() -> Path | None:
