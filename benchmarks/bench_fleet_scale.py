@@ -76,20 +76,23 @@ NORMALIZE = [
 
 @dataclass
 class Cell:
-    """One command at one size: the least CPU and wall of its samples, the peaks and bytes of the last, and
-    every sample's CPU in the order taken (the same order at every size, so the i-th samples of all sizes
-    give one exponent each: how far apart they are is how much the machine moved)."""
+    """One command at one size: every sample's CPU in the order taken (the same order at every size, so the
+    i-th samples of all sizes give one exponent each: how far apart they are is how much the machine moved),
+    the least wall, and the peaks and bytes of the last sample."""
 
     usage: Usage
     written: dict[str, int]
-    cpu: float = 0.0
-    wall: float = 0.0
+    samples: list[float]
+    wall: float
     window: float | None = None  # activation window: first to last host whose `current` moved (seconds)
-    samples: list[float] = field(default_factory=list)
+
+    @property
+    def cpu(self) -> float:
+        """The least CPU of the samples (the one least disturbed by the rest of the machine)."""
+        return min(self.samples)
 
     def merge(self, other: Cell) -> Cell:
-        other.cpu, other.wall = min(self.cpu, other.cpu), min(self.wall, other.wall)
-        other.samples = [*self.samples, *other.samples]
+        other.samples, other.wall = [*self.samples, *other.samples], min(self.wall, other.wall)
         windows = [w for w in (self.window, other.window) if w is not None]
         other.window = max(windows) if windows else None
         return other
@@ -124,7 +127,7 @@ class Deployer:
         print(f"    {argv[0]:<13} {usage.wall:7.2f} s wall {usage.cpu:7.2f} cpu s  {usage.peak_pss >> 20:5d} MB "
               f"{usage.peak_sessions:4d} sessions {usage.peak_threads:4d} threads {usage.peak_fds:4d} fds "
               f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)  # fmt: skip
-        return Cell(usage, written, usage.cpu, usage.wall, samples=[usage.cpu])
+        return Cell(usage, written, [usage.cpu], usage.wall)
 
     def prepare(self, name: str) -> tuple[Path, Cell]:
         out = self.root / "runs" / "deployment-env" / name
@@ -224,10 +227,9 @@ def run_scale(
                       f"{(memory_before - _mem_available()) / largest / 1024:.1f} MiB of memory per host")  # fmt: skip
         fleet.write_model("bench", {"weights.bin": b"\0" * 4096}, {"model_type": "llama"})
         listeners = [int((host.hostdir / "sshd.pid").read_text()) for host in fleet.hosts.values()]
-        with contextlib.ExitStack() as stack:
-            share = "the default CPU share"
-            if hosts_share == "lowest":
-                share = stack.enter_context(lowest_cpu_share(listeners))
+        default = contextlib.nullcontext("the default CPU share")
+        at_share = lowest_cpu_share(listeners) if hosts_share == "lowest" else default
+        with at_share as share:
             fleet_line += f"; the hosts at {share}"
             print(fleet_line, file=sys.stderr, flush=True)
             return _scale_rounds(sizes, max_parallel, repeat, workdir, fleet), fleet_line

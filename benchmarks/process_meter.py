@@ -55,10 +55,13 @@ class Usage:
 class Cgroup:
     """A fresh cgroup that reports CPU seconds of everything ever in it (v2 cpu.stat or v1 cpuacct.usage)."""
 
-    def __init__(self) -> None:
+    def __init__(self, under: Path | None = None) -> None:
+        """A new group in the accounting hierarchy, or under `under` (another hierarchy's directory)."""
         name = f"narwhal-bench-{os.getpid()}-{next(_serial)}"
         v2, v1 = _cgroup2_root(), Path("/sys/fs/cgroup/cpuacct")
-        if v2 is not None:
+        if under is not None:
+            self.path, self.v2 = under / name, under == v2
+        elif v2 is not None:
             self.path, self.v2 = v2 / name, True
         elif (v1 / "cpuacct.usage").is_file():
             self.path, self.v2 = v1 / name, False
@@ -97,6 +100,12 @@ class Cgroup:
             time.sleep(0.05)
         return left
 
+    def release(self) -> None:
+        """Every process still in the group back to its parent group (one that exited meanwhile is skipped)."""
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                (self.path.parent / "cgroup.procs").write_text(f"{pid}\n")
+
     def remove(self) -> None:
         with contextlib.suppress(OSError):
             self.path.rmdir()
@@ -116,37 +125,32 @@ def lowest_cpu_share(pids: Sequence[int]) -> Iterator[str]:
     """
     v1, v2 = Path("/sys/fs/cgroup/cpu"), _cgroup2_root()
     if (v1 / "cpu.shares").is_file():
-        group, setting = v1 / f"narwhal-hosts-{os.getpid()}", ("cpu.shares", "2")
+        under, (knob, value) = v1, ("cpu.shares", "2")
     elif v2 is not None and "cpu" in (v2 / "cgroup.controllers").read_text().split():
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # already on, or refused: the knob's write below says which
             (v2 / "cgroup.subtree_control").write_text("+cpu\n")
-        group, setting = v2 / f"narwhal-hosts-{os.getpid()}", ("cpu.weight", "1")
+        under, (knob, value) = v2, ("cpu.weight", "1")
     else:
         yield "the default CPU share (no cgroup cpu controller to lower it)"
         return
+    group, applied, step = None, f"the lowest CPU share ({knob} {value})", f"a group under {under}"
     try:
-        group.mkdir()
-        (group / setting[0]).write_text(f"{setting[1]}\n")
+        group = Cgroup(under)
+        step = str(group.path / knob)
+        (group.path / knob).write_text(f"{value}\n")
         for pid in pids:
-            (group / "cgroup.procs").write_text(f"{pid}\n")
+            step = f"{group.procs_file} (pid {pid})"
+            group.procs_file.write_text(f"{pid}\n")
     except OSError as exc:
-        _dissolve(group)
-        yield f"the default CPU share (could not lower it: {exc.strerror})"
-        return
+        applied = f"the default CPU share (could not lower it: {step}: {exc.strerror})"
+        if group is not None:
+            group.release()
     try:
-        yield f"the lowest CPU share ({setting[0]} {setting[1]})"
+        yield applied
     finally:
-        _dissolve(group)
-
-
-def _dissolve(group: Path) -> None:
-    """Every process still in `group` back to its parent group, then the group removed."""
-    with contextlib.suppress(OSError):
-        for line in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(OSError):  # gone meanwhile
-                (group.parent / "cgroup.procs").write_text(f"{line}\n")
-    with contextlib.suppress(OSError):
-        group.rmdir()
+        if group is not None:
+            group.release()
+            group.remove()
 
 
 def _cgroup2_root() -> Path | None:
